@@ -1,0 +1,169 @@
+// Acquire (waiting if asked), run the command under the lease, release. The order of steps matters:
+// the signal mask is set before any thread or child exists, the watchdog and the command are forked
+// before the renewal thread starts, and the lock is released only after the whole process group is gone.
+#include <unistd.h>
+
+#include <algorithm>
+#include <optional>
+#include <random>
+#include <variant>
+
+#include "app/app.hpp"
+#include "config/duration.hpp"
+#include "lease/keeper.hpp"
+#include "lease/lease_client.hpp"
+#include "lease/schedule.hpp"
+#include "log/log.hpp"
+#include "redis/client.hpp"
+#include "supervisor/exit_status.hpp"
+#include "supervisor/signals.hpp"
+#include "supervisor/supervisor.hpp"
+#include "supervisor/watchdog.hpp"
+#include "util/random.hpp"
+
+extern char** environ;
+
+namespace fencerun::app {
+namespace {
+
+using std::chrono::milliseconds;
+
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return "unknown";
+  std::string h(buf);
+  std::replace(h.begin(), h.end(), ' ', '_');
+  return h;
+}
+
+std::vector<std::string> child_environment(const config::Config& c, const lease::Acquired& acquired,
+                                           const std::string& owner) {
+  static constexpr std::string_view k_ours[] = {"FENCERUN_TOKEN=", "FENCERUN_LOCK=", "FENCERUN_OWNER=",
+                                                "FENCERUN_TTL_MS=", "FENCERUN_REDIS_URL="};
+  std::vector<std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string_view entry(*e);
+    bool ours = std::ranges::any_of(k_ours, [&](std::string_view p) { return entry.starts_with(p); });
+    if (!ours) env.emplace_back(entry);
+  }
+  env.push_back("FENCERUN_TOKEN=" + std::to_string(acquired.token));
+  env.push_back("FENCERUN_LOCK=" + c.run.lock);
+  env.push_back("FENCERUN_OWNER=" + owner);
+  env.push_back("FENCERUN_TTL_MS=" + std::to_string(c.run.timing.ttl.count()));
+  env.push_back("FENCERUN_REDIS_URL=" + c.common.redacted_url);
+  return env;
+}
+
+// How long to sleep before trying a busy lock again: backing off from 10ms to 500ms with jitter, never
+// past the holder's remaining TTL (it may expire then).
+milliseconds next_wait(int attempt, std::optional<milliseconds> holder_left, std::mt19937& rng) {
+  milliseconds base = std::min(milliseconds(10) * (1 << std::min(attempt, 6)), milliseconds(500));
+  std::uniform_int_distribution<long> jitter(base.count() * 3 / 4, base.count() * 5 / 4);
+  milliseconds pause(jitter(rng));
+  if (holder_left) pause = std::min(pause, *holder_left + milliseconds(1));
+  return std::max(pause, milliseconds(1));
+}
+
+void log_unavailable(const config::Config& c, const redis::Error& e) {
+  log::event(log::Level::error, "redis_unavailable", "cannot use Redis at " + c.common.redacted_url + ": " + e.message,
+             {{"lock", c.run.lock}, {"kind", redis::to_string(e.kind)}});
+}
+
+}  // namespace
+
+int run(const config::Config& c) {
+  supervisor::SignalChannel signals;  // before any thread or child exists
+  redis::Client client(c.common.endpoint);
+  lease::LeaseClient lease(client, lease::keys_for(c.common.key_prefix, c.run.lock));
+  const lease::LeaseSchedule schedule(c.run.timing);
+  const std::string owner = random_hex(16);
+  const std::string host = host_name();
+  const auto timeout = c.common.timeout;
+
+  // Acquire, or wait for the lock.
+  std::optional<Deadline> wait_until;
+  if (c.run.wait) wait_until = BootClock::now() + *c.run.wait;
+  std::mt19937 rng(std::random_device{}());
+  lease::Acquired acquired;
+  for (int attempt = 0;; ++attempt) {
+    auto result = lease.try_acquire(owner, c.run.timing.ttl, ::getpid(), host, BootClock::now() + timeout);
+    if (!result) {
+      log_unavailable(c, result.error());
+      return exit_code::k_unavailable;
+    }
+    if (auto* got = std::get_if<lease::Acquired>(&*result)) {
+      acquired = std::move(*got);
+      break;
+    }
+    const auto& busy = std::get<lease::Busy>(*result);
+    Deadline now = BootClock::now();
+    if (wait_until && now >= *wait_until) {
+      std::string holder = busy.holder.pid ? "pid " + std::to_string(*busy.holder.pid) + " on " + busy.holder.host
+                                           : "another owner";
+      log::event(log::Level::info, "busy", c.run.wait->count() == 0 ? "lock is busy" : "lock is still busy: wait ran out",
+                 {{"lock", c.run.lock}, {"holder", holder},
+                  {"ttl", busy.remaining ? config::format_duration(*busy.remaining) : "none"}});
+      return c.run.conflict_exit_code;
+    }
+    if (attempt == 0)
+      log::event(log::Level::info, "waiting", "lock is busy, waiting", {{"lock", c.run.lock}});
+    Deadline wake = now + next_wait(attempt, busy.remaining, rng);
+    if (wait_until) wake = std::min(wake, *wait_until);
+    if (auto sig = signals.wait_for_terminating(wake)) {
+      log::event(log::Level::info, "interrupted", "stopped waiting for the lock",
+                 {{"lock", c.run.lock}, {"signal", supervisor::signal_name(*sig)}});
+      return exit_code_for_signal(*sig);
+    }
+  }
+
+  const std::string token = std::to_string(acquired.token);
+  log::event(log::Level::info, "acquired", "acquired lock",
+             {{"lock", c.run.lock}, {"token", token}, {"ttl", config::format_duration(c.run.timing.ttl)}});
+
+  auto release = [&] {
+    auto released = lease.release(acquired.value, lease::server_has_delex(acquired.server_version),
+                                  BootClock::now() + timeout);
+    if (!released) {
+      log::event(log::Level::warn, "release_failed",
+                 "could not release the lock (it expires by itself): " + released.error().message,
+                 {{"lock", c.run.lock}, {"token", token}});
+    } else if (*released) {
+      log::event(log::Level::info, "released", "released lock", {{"lock", c.run.lock}, {"token", token}});
+    } else {
+      log::event(log::Level::info, "not_released", "lock was no longer ours; left it alone",
+                 {{"lock", c.run.lock}, {"token", token}});
+    }
+  };
+
+  // The watchdog and the command are forked while fencerun has a single thread.
+  std::optional<supervisor::Watchdog> watchdog;
+  watchdog.emplace();
+  supervisor::Supervisor sup(signals, {c.run.kill_signal, c.run.timing.grace, c.run.timing.margin});
+  auto pid = sup.start(c.run.command, child_environment(c, acquired, owner));
+  if (!pid) {
+    watchdog->disarm();
+    log::event(log::Level::error, "exec_failed", pid.error().message, {{"lock", c.run.lock}, {"token", token}});
+    release();
+    return pid.error().exit_code;
+  }
+  watchdog->guard(*pid);
+
+  lease::LeaseKeeper keeper(lease, acquired, schedule, timeout);
+  supervisor::LeaseWatch watch{[&keeper] { return keeper.deadline(); }, [&keeper] { return keeper.lost(); },
+                               keeper.wake_fd()};
+  auto outcome = sup.supervise(watch);
+  keeper.stop();
+  watchdog->disarm();
+  watchdog.reset();
+
+  if (outcome.stopped_for_lease && outcome.command_died_at) {
+    auto margin = std::chrono::duration_cast<milliseconds>(keeper.deadline() - *outcome.command_died_at);
+    log::event(log::Level::warn, "command_stopped", "the command was stopped before the lease deadline",
+               {{"lock", c.run.lock}, {"token", token}, {"before_deadline", config::format_duration(margin)}});
+  }
+  release();
+  if (outcome.stopped_for_lease) return c.run.lease_lost_exit_code;
+  return exit_code_from_wait_status(outcome.wait_status);
+}
+
+}  // namespace fencerun::app

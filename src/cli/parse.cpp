@@ -1,0 +1,142 @@
+#include "cli/parse.hpp"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <string_view>
+#include <vector>
+
+#include "util/error.hpp"
+
+namespace fencerun::cli {
+namespace {
+
+void add_connection_options(CLI::App& app, config::Options& o) {
+  app.add_option("-r,--redis", o.redis_url);
+  app.add_option("--timeout", o.timeout);
+  app.add_option("--key-prefix", o.key_prefix);
+  app.add_flag_function("-v,--verbose", [&o](std::int64_t n) { o.verbosity += static_cast<int>(n); });
+  app.add_flag_function("-q,--quiet", [&o](std::int64_t n) { o.verbosity -= static_cast<int>(n); });
+  app.add_option("--log-format", o.log_format);
+}
+
+void add_run_options(CLI::App& app, config::Options& o) {
+  add_connection_options(app, o);
+  app.add_option("-t,--ttl", o.ttl);
+  app.add_option("--renew", o.renew);
+  app.add_option("--grace", o.grace);
+  app.add_option("--kill-signal", o.kill_signal);
+  app.add_option("-w,--wait", o.wait);
+  app.add_option("-E,--conflict-exit-code", o.conflict_exit_code);
+  app.add_option("--lease-lost-exit-code", o.lease_lost_exit_code);
+  app.add_flag("--shell", o.shell);
+  app.add_option("NAME", o.lock_name);
+}
+
+}  // namespace
+
+std::string help_text() {
+  return R"(Usage: fencerun [OPTIONS] NAME -- COMMAND [ARG...]
+       fencerun run [OPTIONS] NAME -- COMMAND [ARG...]
+       fencerun status [OPTIONS] NAME [--json]
+       fencerun --version | --help
+
+Run COMMAND while holding the lease NAME in Redis, and give it a fencing token
+(FENCERUN_TOKEN) that the protected resource can check to reject stale writers.
+The lease is renewed in the background; if it cannot be renewed in time, the
+command's whole process group is stopped before the lease expires.
+
+Options:
+  -r, --redis URL              Redis to use: redis://[[user]:password@]host[:port][/db],
+                               unix:///path/to/redis.sock[?db=N]
+                               (default: $FENCERUN_REDIS_URL, $REDIS_URL, redis://127.0.0.1:6379)
+  -t, --ttl DUR                lease length (default: 30s)
+      --renew DUR              renewal interval (default: ttl/3)
+      --grace DUR              time between the kill signal and SIGKILL (default: min(5s, ttl/6))
+      --kill-signal SIG        first signal sent to the command's process group when the lease
+                               is lost or runs short (default: TERM)
+  -w, --wait DUR               wait this long for a busy lock; 'inf' waits forever (default: 0)
+  -E, --conflict-exit-code N   exit code when the lock is busy or the wait ran out (default: 75)
+      --lease-lost-exit-code N exit code when the lease was lost and the command was stopped
+                               (default: 124)
+      --timeout DUR            bound on connecting and on each Redis request (default: 2s)
+      --key-prefix STR         prefix of every key fencerun writes (default: fencerun:)
+      --shell                  run COMMAND (one string) with /bin/sh -c
+  -v, --verbose                log lease events (repeat for debug)
+  -q, --quiet                  log errors only
+      --log-format FMT         text or json (default: text)
+      --json                   status: print JSON
+  -h, --help                   show this help and exit
+      --version                show the version and exit
+
+Durations: an integer with ms, s, m or h (500ms, 30s, 5m); a bare integer is seconds.
+
+Exit status: the command's own status; 128+N if it was killed by signal N;
+64 usage error; 69 Redis unavailable; 75 lock busy; 124 lease lost;
+126 command not executable; 127 command not found; 70 internal error.
+status: 0 held, 3 free, 69 unavailable.
+
+Password: from the URL, else $FENCERUN_REDIS_PASSWORD, else $REDISCLI_AUTH.
+See fencerun(1) for details.
+)";
+}
+
+config::Options parse(int argc, const char* const* argv) {
+  config::Options o;
+  // Split at the first `--` ourselves: CLI11 would re-interpret the command's arguments.
+  std::vector<std::string> before;
+  int i = 1;
+  bool saw_separator = false;
+  for (; i < argc; ++i) {
+    std::string_view a = argv[i];
+    if (a == "--") {
+      saw_separator = true;
+      ++i;
+      break;
+    }
+    before.emplace_back(a);
+  }
+  for (; i < argc; ++i) o.command.emplace_back(argv[i]);
+
+  for (const auto& a : before) {
+    if (a == "-h" || a == "--help") {
+      o.subcommand = config::Subcommand::help;
+      o.help_text = help_text();
+      return o;
+    }
+    if (a == "--version") {
+      o.subcommand = config::Subcommand::version;
+      return o;
+    }
+  }
+
+  CLI::App app{"fencerun"};
+  app.set_help_flag();
+  app.allow_extras(false);
+  add_run_options(app, o);
+  CLI::App* run = app.add_subcommand("run");
+  add_run_options(*run, o);
+  CLI::App* status = app.add_subcommand("status");
+  add_connection_options(*status, o);
+  status->add_flag("--json", o.json);
+  status->add_option("NAME", o.lock_name);
+  app.require_subcommand(0, 1);
+
+  // CLI11 wants argv order reversed when given a vector.
+  std::vector<std::string> args(before.rbegin(), before.rend());
+  try {
+    app.parse(args);
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(e.what());
+  }
+  if (status->parsed()) {
+    o.subcommand = config::Subcommand::status;
+    if (saw_separator) throw UsageError("status takes no COMMAND");
+  } else {
+    o.subcommand = config::Subcommand::run;
+    if (!saw_separator && !o.lock_name.empty())
+      throw UsageError("missing COMMAND: put it after '--' (fencerun [OPTIONS] NAME -- COMMAND [ARG...])");
+  }
+  return o;
+}
+
+}  // namespace fencerun::cli

@@ -1,0 +1,146 @@
+#include "config/config.hpp"
+
+#include "config/duration.hpp"
+#include "util/error.hpp"
+
+namespace fencerun::config {
+namespace {
+
+milliseconds duration_option(std::string_view option, const std::string& text) {
+  auto d = parse_duration(text);
+  if (!d) throw UsageError(std::string(option) + ": " + d.error());
+  return *d;
+}
+
+int exit_code_option(std::string_view option, int value) {
+  if (value < 0 || value > 255)
+    throw UsageError(std::string(option) + ": " + std::to_string(value) + " is not an exit code (0-255)");
+  return value;
+}
+
+}  // namespace
+
+std::expected<LeaseTiming, std::string> LeaseTiming::make(milliseconds ttl, std::optional<milliseconds> renew,
+                                                           std::optional<milliseconds> grace) {
+  if (ttl < k_min_ttl)
+    return std::unexpected("--ttl: " + format_duration(ttl) + " is too short (at least " +
+                           format_duration(k_min_ttl) + ")");
+  LeaseTiming t;
+  t.ttl = ttl;
+  t.drift = drift_for(ttl);
+  t.margin = margin_for(ttl);
+  t.renew = renew.value_or(default_renew(ttl));
+  t.grace = grace.value_or(default_grace(ttl));
+  if (t.renew <= milliseconds::zero())
+    return std::unexpected("--renew: must be positive, got " + format_duration(t.renew));
+  if (t.renew >= ttl)
+    return std::unexpected("--renew: " + format_duration(t.renew) + " must be smaller than --ttl " +
+                           format_duration(ttl));
+  if (t.grace < milliseconds::zero())
+    return std::unexpected("--grace: must not be negative, got " + format_duration(t.grace));
+  if (t.renew + t.grace + t.margin + t.drift >= ttl) {
+    auto largest = ttl - t.renew - t.margin - t.drift - milliseconds(1);
+    std::string hint = largest >= milliseconds::zero()
+                           ? " (with --renew " + format_duration(t.renew) + ", at most " +
+                                 format_duration(largest) + ")"
+                           : " (lower --renew first)";
+    return std::unexpected("--grace: " + format_duration(t.grace) + " is too large for --ttl " +
+                           format_duration(ttl) + ": renew + grace + " + format_duration(t.margin) +
+                           " margin + " + format_duration(t.drift) + " drift must stay below the ttl" +
+                           hint);
+  }
+  return t;
+}
+
+std::expected<void, std::string> validate_lock_name(std::string_view name) {
+  if (name.empty()) return std::unexpected("lock NAME is empty");
+  if (name.size() > 256)
+    return std::unexpected("lock NAME is " + std::to_string(name.size()) + " bytes long (at most 256)");
+  for (unsigned char c : name) {
+    if (c <= 0x20 || c >= 0x7f)
+      return std::unexpected("lock NAME may hold only printable ASCII without spaces");
+    if (c == '{' || c == '}')
+      return std::unexpected("lock NAME may not contain '{' or '}' (reserved for the Redis Cluster hash tag)");
+  }
+  return {};
+}
+
+Config make_config(const Options& o, const GetEnv& getenv, const ParseSignal& parse_signal) {
+  Config c;
+  c.subcommand = o.subcommand;
+  c.json = o.json;
+
+  // Where the lock lives, and the password (URL first, then the environment).
+  std::string url = o.redis_url ? *o.redis_url : "";
+  if (url.empty()) url = getenv("FENCERUN_REDIS_URL").value_or("");
+  if (url.empty()) url = getenv("REDIS_URL").value_or("");
+  if (url.empty()) url = "redis://127.0.0.1:6379";
+  auto endpoint = parse_redis_url(url);
+  if (!endpoint) throw UsageError("--redis: " + endpoint.error());
+  c.common.endpoint = std::move(*endpoint);
+  if (!c.common.endpoint.password) {
+    auto pw = getenv("FENCERUN_REDIS_PASSWORD");
+    if (!pw || pw->empty()) pw = getenv("REDISCLI_AUTH");
+    if (pw && !pw->empty()) c.common.endpoint.password = *pw;
+  }
+  c.common.redacted_url = redacted_url(c.common.endpoint);
+
+  c.common.timeout = duration_option("--timeout", o.timeout);
+  if (c.common.timeout <= milliseconds::zero())
+    throw UsageError("--timeout: must be positive, got " + o.timeout);
+  if (o.key_prefix.find_first_of("{}") != std::string::npos)
+    throw UsageError("--key-prefix: may not contain '{' or '}' (reserved for the Redis Cluster hash tag)");
+  c.common.key_prefix = o.key_prefix;
+  c.common.log_level = o.verbosity >= 2   ? LogLevel::debug
+                       : o.verbosity == 1 ? LogLevel::info
+                       : o.verbosity == 0 ? LogLevel::warn
+                                          : LogLevel::error;
+  if (o.log_format == "text") c.common.log_format = LogFormat::text;
+  else if (o.log_format == "json") c.common.log_format = LogFormat::json;
+  else throw UsageError("--log-format: '" + o.log_format + "' is not one of text, json");
+
+  if (o.subcommand == Subcommand::version || o.subcommand == Subcommand::help) return c;
+
+  if (o.lock_name.empty()) throw UsageError("missing lock NAME");
+  if (auto ok = validate_lock_name(o.lock_name); !ok) throw UsageError(ok.error());
+  c.run.lock = o.lock_name;
+  if (o.subcommand == Subcommand::status) {
+    if (!o.command.empty()) throw UsageError("status takes no COMMAND");
+    return c;
+  }
+
+  std::optional<milliseconds> renew, grace;
+  if (o.renew) renew = duration_option("--renew", *o.renew);
+  if (o.grace) grace = duration_option("--grace", *o.grace);
+  auto timing = LeaseTiming::make(duration_option("--ttl", o.ttl), renew, grace);
+  if (!timing) throw UsageError(timing.error());
+  c.run.timing = *timing;
+
+  auto sig = parse_signal(o.kill_signal);
+  if (!sig) throw UsageError("--kill-signal: '" + o.kill_signal + "' is not a signal name or number");
+  c.run.kill_signal = *sig;
+
+  if (o.wait == "inf" || o.wait == "infinity" || o.wait == "forever") {
+    c.run.wait = std::nullopt;
+  } else {
+    auto w = duration_option("--wait", o.wait);
+    if (w < milliseconds::zero()) throw UsageError("--wait: must not be negative, got " + o.wait);
+    c.run.wait = w;
+  }
+  c.run.conflict_exit_code = exit_code_option("--conflict-exit-code", o.conflict_exit_code);
+  c.run.lease_lost_exit_code = exit_code_option("--lease-lost-exit-code", o.lease_lost_exit_code);
+
+  if (o.command.empty()) throw UsageError("missing COMMAND (usage: fencerun [OPTIONS] NAME -- COMMAND [ARG...])");
+  if (o.shell) {
+    if (o.command.size() != 1)
+      throw UsageError("--shell takes exactly one COMMAND string (quote it), got " +
+                       std::to_string(o.command.size()) + " words");
+    c.run.command = {"/bin/sh", "-c", o.command.front()};
+  } else {
+    c.run.command = o.command;
+  }
+  if (c.run.command.front().empty()) throw UsageError("COMMAND is empty");
+  return c;
+}
+
+}  // namespace fencerun::config

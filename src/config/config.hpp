@@ -1,0 +1,78 @@
+#pragma once
+// Validated configuration and the lease timing rules (pure functions; no I/O).
+#include <chrono>
+#include <expected>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/options.hpp"
+#include "config/url.hpp"
+
+namespace fencerun::config {
+
+using std::chrono::milliseconds;
+
+// Lease timing. With drift = ttl/100 + 2ms and margin = min(ttl/20, 100ms), a configuration is valid when
+//   ttl >= 100ms, renew > 0, grace >= 0 and renew + grace + margin + drift < ttl.
+// Every combination with renew <= ttl/3 and grace <= ttl/6 satisfies it.
+struct LeaseTiming {
+  milliseconds ttl{};
+  milliseconds renew{};   // interval between renewals
+  milliseconds grace{};   // kill signal -> SIGKILL
+  milliseconds drift{};   // subtracted from the TTL for clock rate differences
+  milliseconds margin{};  // SIGKILL lands this long before the deadline (scheduling, teardown)
+
+  static constexpr milliseconds k_min_ttl{100};
+
+  // Builds and checks the timing; the error names the offending option.
+  static std::expected<LeaseTiming, std::string> make(milliseconds ttl, std::optional<milliseconds> renew,
+                                                       std::optional<milliseconds> grace);
+  static milliseconds drift_for(milliseconds ttl) { return ttl / 100 + milliseconds(2); }
+  static milliseconds margin_for(milliseconds ttl) { return std::min(ttl / 20, milliseconds(100)); }
+  static milliseconds default_renew(milliseconds ttl) { return ttl / 3; }
+  static milliseconds default_grace(milliseconds ttl) { return std::min(milliseconds(5000), ttl / 6); }
+};
+
+// NAME: 1 to 256 bytes of printable ASCII other than space, '{' and '}'. Error text names the problem.
+std::expected<void, std::string> validate_lock_name(std::string_view name);
+
+enum class LogFormat { text, json };
+enum class LogLevel { debug, info, warn, error };
+
+struct CommonConfig {
+  RedisEndpoint endpoint;
+  std::string redacted_url;
+  milliseconds timeout{2000};
+  std::string key_prefix = "fencerun:";
+  LogLevel log_level = LogLevel::warn;
+  LogFormat log_format = LogFormat::text;
+};
+
+struct RunConfig {
+  std::string lock;
+  LeaseTiming timing;
+  int kill_signal = 15;
+  std::optional<milliseconds> wait;  // nullopt: wait forever ("inf")
+  int conflict_exit_code = 75;
+  int lease_lost_exit_code = 124;
+  std::vector<std::string> command;  // with --shell: {"/bin/sh", "-c", COMMAND}
+};
+
+struct Config {
+  Subcommand subcommand = Subcommand::run;
+  CommonConfig common;
+  RunConfig run;   // run and status (status uses run.lock)
+  bool json = false;
+};
+
+using GetEnv = std::function<std::optional<std::string>(const char*)>;
+// Signal name or number -> signal number, or nullopt. Provided by the supervisor layer.
+using ParseSignal = std::function<std::optional<int>(std::string_view)>;
+
+// Validates `options`; throws UsageError with a one-line message naming the option.
+Config make_config(const Options& options, const GetEnv& getenv, const ParseSignal& parse_signal);
+
+}  // namespace fencerun::config

@@ -1,0 +1,35 @@
+#pragma once
+// Options: what the command line said, as plain strings and flags, before validation.
+// The CLI layer fills it; config::make_config turns it into a validated Config.
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fencerun::config {
+
+enum class Subcommand { run, status, version, help };
+
+struct Options {
+  Subcommand subcommand = Subcommand::run;
+  std::string help_text;  // with Subcommand::help
+
+  std::optional<std::string> redis_url;
+  std::string ttl = "30s";
+  std::optional<std::string> renew;
+  std::optional<std::string> grace;
+  std::string kill_signal = "TERM";
+  std::string wait = "0";
+  int conflict_exit_code = 75;
+  int lease_lost_exit_code = 124;
+  std::string timeout = "2s";
+  std::string key_prefix = "fencerun:";
+  bool shell = false;
+  int verbosity = 0;  // -v: +1, -q: -1
+  std::string log_format = "text";
+  bool json = false;  // status --json
+
+  std::string lock_name;
+  std::vector<std::string> command;  // everything after `--`
+};
+
+}  // namespace fencerun::config

@@ -1,0 +1,185 @@
+#include "config/url.hpp"
+
+#include <charconv>
+
+namespace fencerun::config {
+namespace {
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+std::optional<std::string> percent_decode(std::string_view in) {
+  std::string out;
+  out.reserve(in.size());
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    if (in[i] != '%') {
+      out.push_back(in[i]);
+      continue;
+    }
+    if (i + 2 >= in.size()) return std::nullopt;
+    int hi = hex_value(in[i + 1]), lo = hex_value(in[i + 2]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out.push_back(static_cast<char>(hi * 16 + lo));
+    i += 2;
+  }
+  return out;
+}
+
+std::string percent_encode_user(std::string_view in) {
+  static constexpr char k_hex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : in) {
+    bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '-' || c == '_' || c == '.' || c == '~';
+    if (plain) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(k_hex[c >> 4]);
+      out.push_back(k_hex[c & 0xf]);
+    }
+  }
+  return out;
+}
+
+std::expected<int, std::string> parse_db(std::string_view text) {
+  int db = -1;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), db);
+  if (text.empty() || ec != std::errc{} || ptr != text.data() + text.size() || db < 0)
+    return std::unexpected("database '" + std::string(text) + "' is not a non-negative integer");
+  return db;
+}
+
+// Query of the form "db=N" (other parameters are rejected so typos do not pass silently).
+std::expected<void, std::string> apply_query(std::string_view query, RedisEndpoint& ep) {
+  while (!query.empty()) {
+    auto amp = query.find('&');
+    std::string_view param = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+    auto eq = param.find('=');
+    std::string_view key = param.substr(0, eq);
+    std::string_view value = eq == std::string_view::npos ? std::string_view{} : param.substr(eq + 1);
+    if (key == "db") {
+      auto db = parse_db(value);
+      if (!db) return std::unexpected(db.error());
+      ep.db = *db;
+    } else {
+      return std::unexpected("unknown URL parameter '" + std::string(key) + "'");
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+std::expected<RedisEndpoint, std::string> parse_redis_url(std::string_view url) {
+  RedisEndpoint ep;
+  auto scheme_end = url.find("://");
+  if (scheme_end == std::string_view::npos)
+    return std::unexpected("not a Redis URL (expected redis://, rediss:// or unix://)");
+  std::string_view scheme = url.substr(0, scheme_end);
+  std::string_view rest = url.substr(scheme_end + 3);
+
+  if (scheme == "unix") {
+    ep.transport = RedisEndpoint::Transport::unix_socket;
+    auto q = rest.find('?');
+    std::string_view path = rest.substr(0, q);
+    if (path.empty() || path.front() != '/')
+      return std::unexpected("unix:// URL needs an absolute socket path (unix:///path/to/redis.sock)");
+    auto decoded = percent_decode(path);
+    if (!decoded) return std::unexpected("bad percent-encoding in socket path");
+    ep.path = *decoded;
+    if (q != std::string_view::npos) {
+      auto ok = apply_query(rest.substr(q + 1), ep);
+      if (!ok) return std::unexpected(ok.error());
+    }
+    return ep;
+  }
+  if (scheme == "redis") ep.transport = RedisEndpoint::Transport::tcp;
+  else if (scheme == "rediss") ep.transport = RedisEndpoint::Transport::tls;
+  else return std::unexpected("unsupported URL scheme '" + std::string(scheme) +
+                              "' (expected redis://, rediss:// or unix://)");
+
+  // authority [/db] [?query]
+  auto q = rest.find('?');
+  std::string_view query = q == std::string_view::npos ? std::string_view{} : rest.substr(q + 1);
+  rest = rest.substr(0, q);
+  auto slash = rest.find('/');
+  std::string_view authority = rest.substr(0, slash);
+  std::string_view db_part = slash == std::string_view::npos ? std::string_view{} : rest.substr(slash + 1);
+
+  auto at = authority.rfind('@');
+  if (at != std::string_view::npos) {
+    std::string_view userinfo = authority.substr(0, at);
+    authority = authority.substr(at + 1);
+    auto colon = userinfo.find(':');
+    auto user = percent_decode(userinfo.substr(0, colon));
+    if (!user) return std::unexpected("bad percent-encoding in user name");
+    ep.user = *user;
+    if (colon != std::string_view::npos) {
+      auto password = percent_decode(userinfo.substr(colon + 1));
+      if (!password) return std::unexpected("bad percent-encoding in password");
+      if (!password->empty()) ep.password = *password;
+    }
+  }
+
+  std::string_view host = authority;
+  std::string_view port;
+  if (!authority.empty() && authority.front() == '[') {  // [IPv6]:port
+    auto close = authority.find(']');
+    if (close == std::string_view::npos) return std::unexpected("unterminated '[' in host");
+    host = authority.substr(1, close - 1);
+    std::string_view after = authority.substr(close + 1);
+    if (!after.empty()) {
+      if (after.front() != ':') return std::unexpected("unexpected text after ']' in host");
+      port = after.substr(1);
+    }
+  } else {
+    auto colon = authority.rfind(':');
+    if (colon != std::string_view::npos) {
+      host = authority.substr(0, colon);
+      port = authority.substr(colon + 1);
+    }
+  }
+  if (host.empty()) return std::unexpected("URL has no host");
+  ep.host = std::string(host);
+  if (!port.empty() || (authority.size() && authority.back() == ':')) {
+    unsigned value = 0;
+    auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+    if (port.empty() || ec != std::errc{} || ptr != port.data() + port.size() || value == 0 || value > 65535)
+      return std::unexpected("port '" + std::string(port) + "' is not a number from 1 to 65535");
+    ep.port = static_cast<std::uint16_t>(value);
+  }
+  if (!db_part.empty()) {
+    auto db = parse_db(db_part);
+    if (!db) return std::unexpected(db.error());
+    ep.db = *db;
+  }
+  if (!query.empty()) {
+    auto ok = apply_query(query, ep);
+    if (!ok) return std::unexpected(ok.error());
+  }
+  return ep;
+}
+
+std::string redacted_url(const RedisEndpoint& ep) {
+  std::string out;
+  if (ep.transport == RedisEndpoint::Transport::unix_socket) {
+    out = "unix://" + ep.path;
+    if (ep.db != 0) out += "?db=" + std::to_string(ep.db);
+    return out;
+  }
+  out = ep.transport == RedisEndpoint::Transport::tls ? "rediss://" : "redis://";
+  if (!ep.user.empty()) out += percent_encode_user(ep.user) + "@";
+  bool ipv6 = ep.host.find(':') != std::string::npos;
+  out += ipv6 ? "[" + ep.host + "]" : ep.host;
+  out += ":" + std::to_string(ep.port);
+  if (ep.db != 0) out += "/" + std::to_string(ep.db);
+  return out;
+}
+
+}  // namespace fencerun::config

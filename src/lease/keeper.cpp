@@ -1,0 +1,113 @@
+#include "lease/keeper.hpp"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <system_error>
+
+#include "config/duration.hpp"
+#include "log/log.hpp"
+
+namespace fencerun::lease {
+
+LeaseKeeper::LeaseKeeper(LeaseClient& lease, const Acquired& acquired, LeaseSchedule schedule,
+                         std::chrono::milliseconds request_timeout)
+    : m_lease(lease),
+      m_value(acquired.value),
+      m_token(acquired.token),
+      m_schedule(schedule),
+      m_timeout(request_timeout),
+      m_last_sent(acquired.sent),
+      m_deadline_ns(schedule.deadline_after(acquired.sent).time_since_epoch().count()),
+      m_wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  if (!m_wake) throw std::system_error(errno, std::generic_category(), "eventfd");
+  m_thread = std::thread([this] { run(); });
+}
+
+LeaseKeeper::~LeaseKeeper() { stop(); }
+
+void LeaseKeeper::stop() {
+  {
+    std::lock_guard lock(m_mutex);
+    m_stop_requested = true;
+  }
+  m_cv.notify_all();
+  if (m_thread.joinable()) m_thread.join();
+}
+
+LeaseKeeper::Stats LeaseKeeper::stats() const {
+  std::lock_guard lock(m_mutex);
+  return m_stats;
+}
+
+void LeaseKeeper::wake() {
+  std::uint64_t one = 1;
+  [[maybe_unused]] auto n = ::write(m_wake.get(), &one, sizeof one);
+}
+
+void LeaseKeeper::run() {
+  const auto ttl = m_schedule.timing().ttl;
+  const std::string token = std::to_string(m_token);
+  const std::string& lock = m_lease.keys().lock;
+  Deadline next = m_schedule.next_renewal(m_last_sent);
+  int failures = 0;
+  for (;;) {
+    {
+      std::unique_lock lock_guard(m_mutex);
+      // The condition variable waits on the steady clock; the schedule is on the boot clock. Waking
+      // early is harmless (the loop re-checks), so convert the remaining time each round.
+      while (!m_stop_requested) {
+        auto left = time_left(next);
+        if (left <= BootClock::duration::zero()) break;
+        m_cv.wait_for(lock_guard, left);
+      }
+      if (m_stop_requested) return;
+    }
+    Deadline now = BootClock::now();
+    Deadline current = deadline();
+    Deadline stop_point = m_schedule.stop_at(current);
+    if (now >= stop_point) {
+      log::event(log::Level::warn, "renew_gave_up", "lease ran short without a successful renewal",
+                 {{"lock", lock}, {"token", token}});
+      wake();
+      return;
+    }
+    Deadline sent{};
+    auto outcome = m_lease.renew(m_value, ttl, m_schedule.request_deadline(now, m_timeout, current), sent);
+    if (outcome && *outcome == RenewOutcome::renewed) {
+      auto new_deadline = m_schedule.deadline_after(sent);
+      if (new_deadline > current) m_deadline_ns.store(new_deadline.time_since_epoch().count());
+      {
+        std::lock_guard g(m_mutex);
+        ++m_stats.renewals;
+      }
+      if (failures > 0)
+        log::event(log::Level::info, "renew_recovered", "renewal succeeded again",
+                   {{"lock", lock}, {"token", token}, {"failures", std::to_string(failures)}});
+      failures = 0;
+      log::event(log::Level::debug, "renewed", "renewed lease", {{"lock", lock}, {"token", token}});
+      next = m_schedule.next_renewal(sent);
+      continue;
+    }
+    if (outcome) {  // gone or stolen: the lease is lost, stop at once
+      m_lost.store(true);
+      log::event(log::Level::error, "lease_lost",
+                 *outcome == RenewOutcome::gone ? "lease lost: the lock key is gone"
+                                                : "lease lost: the lock is held by another owner",
+                 {{"lock", lock}, {"token", token}});
+      wake();
+      return;
+    }
+    ++failures;
+    {
+      std::lock_guard g(m_mutex);
+      ++m_stats.failures;
+    }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(time_left(stop_point, BootClock::now()));
+    log::event(log::Level::warn, "renew_failed", "renewal failed: " + outcome.error().message,
+               {{"lock", lock}, {"token", token}, {"stop_in", config::format_duration(left)}});
+    next = m_schedule.retry_at(BootClock::now(), failures, current);
+  }
+}
+
+}  // namespace fencerun::lease

@@ -1,0 +1,152 @@
+#include "lease/lease_client.hpp"
+
+#include <charconv>
+#include <span>
+#include <vector>
+
+#include "lease/embedded_scripts.hpp"
+
+namespace fencerun::lease {
+namespace {
+
+using redis::Error;
+using redis::Reply;
+using redis::Result;
+
+Error protocol_error(std::string what) { return Error{Error::Kind::protocol, std::move(what)}; }
+
+template <class T>
+std::optional<T> to_number(std::string_view s) {
+  T value{};
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+  if (s.empty() || ec != std::errc{} || ptr != s.data() + s.size()) return std::nullopt;
+  return value;
+}
+
+// EVALSHA, then EVAL when the server does not have the script cached (first use after a restart or
+// SCRIPT FLUSH). `sent` is read just before the request that produced the reply was written.
+Result<Reply> run_script(redis::Client& client, const scripts::Source& script,
+                         std::span<const std::string_view> keys, std::span<const std::string_view> args,
+                         Deadline deadline, Deadline& sent) {
+  if (auto ok = client.connect(deadline); !ok) return std::unexpected(ok.error());
+  std::string numkeys = std::to_string(keys.size());
+  std::vector<std::string_view> argv;
+  argv.reserve(3 + keys.size() + args.size());
+  argv.push_back("EVALSHA");
+  argv.push_back(script.sha1);
+  argv.push_back(numkeys);
+  argv.insert(argv.end(), keys.begin(), keys.end());
+  argv.insert(argv.end(), args.begin(), args.end());
+  sent = BootClock::now();
+  auto reply = client.command(argv, deadline);
+  if (reply && reply->error_is("NOSCRIPT")) {
+    argv[0] = "EVAL";
+    argv[1] = script.text;
+    sent = BootClock::now();
+    reply = client.command(argv, deadline);
+  }
+  if (reply && reply->is_error())
+    return std::unexpected(Error{Error::Kind::protocol, std::string(script.name) + " script failed: " + reply->str});
+  return reply;
+}
+
+}  // namespace
+
+LockKeys keys_for(std::string_view prefix, std::string_view name) {
+  std::string base = std::string(prefix) + "{" + std::string(name) + "}:";
+  return LockKeys{base + "lock", base + "token"};
+}
+
+Holder parse_holder(std::string_view value) {
+  Holder h;
+  std::string_view fields[4];
+  std::size_t n = 0;
+  while (n < 4 && !value.empty()) {
+    auto sp = n < 3 ? value.find(' ') : std::string_view::npos;
+    fields[n++] = value.substr(0, sp);
+    value = sp == std::string_view::npos ? std::string_view{} : value.substr(sp + 1);
+  }
+  h.owner = std::string(fields[0]);
+  if (n >= 2) h.token = to_number<std::uint64_t>(fields[1]);
+  if (n >= 3) h.pid = to_number<long>(fields[2]);
+  if (n >= 4) h.host = std::string(fields[3]);
+  return h;
+}
+
+Result<AcquireResult> LeaseClient::try_acquire(std::string_view owner, std::chrono::milliseconds ttl, long pid,
+                                               std::string_view host, Deadline deadline) {
+  std::string ttl_ms = std::to_string(ttl.count());
+  std::string pid_text = std::to_string(pid);
+  std::string_view keys[] = {m_keys.lock, m_keys.token};
+  std::string_view args[] = {owner, ttl_ms, pid_text, host};
+  Deadline sent{};
+  auto reply = run_script(m_client, scripts::k_acquire, keys, args, deadline, sent);
+  if (!reply) return std::unexpected(reply.error());
+  const auto& e = reply->elements;
+  if (!reply->is_array() || e.size() != 4 || e[0].type != Reply::Type::integer)
+    return std::unexpected(protocol_error("unexpected reply to the acquire script"));
+  long version = static_cast<long>(e[3].as_integer().value_or(0));
+  if (e[0].integer == 1) {
+    auto token = e[1].as_integer();
+    if (!token || *token <= 0 || !e[2].is_string())
+      return std::unexpected(protocol_error("acquire script returned a malformed token"));
+    return Acquired{static_cast<std::uint64_t>(*token), e[2].str, sent, version};
+  }
+  Busy busy;
+  if (auto pttl = e[1].as_integer(); pttl && *pttl >= 0) busy.remaining = std::chrono::milliseconds(*pttl);
+  else if (pttl && *pttl == -2) busy.remaining = std::chrono::milliseconds(0);  // expired in between
+  if (e[2].is_string()) busy.holder = parse_holder(e[2].str);
+  return busy;
+}
+
+Result<RenewOutcome> LeaseClient::renew(std::string_view value, std::chrono::milliseconds ttl, Deadline deadline,
+                                        Deadline& sent) {
+  std::string ttl_ms = std::to_string(ttl.count());
+  std::string_view keys[] = {m_keys.lock};
+  std::string_view args[] = {value, ttl_ms};
+  auto reply = run_script(m_client, scripts::k_renew, keys, args, deadline, sent);
+  if (!reply) return std::unexpected(reply.error());
+  auto n = reply->as_integer();
+  if (!n) return std::unexpected(protocol_error("unexpected reply to the renew script"));
+  if (*n == 1) return RenewOutcome::renewed;
+  return *n == 0 ? RenewOutcome::gone : RenewOutcome::stolen;
+}
+
+Result<bool> LeaseClient::release(std::string_view value, bool try_delex, Deadline deadline) {
+  if (try_delex && !m_delex_unsupported) {
+    auto reply = m_client.command({"DELEX", m_keys.lock, "IFEQ", value}, deadline);
+    if (!reply) return std::unexpected(reply.error());
+    if (auto n = reply->as_integer(); n && !reply->is_error()) return *n == 1;
+    // Renamed, disabled or absent after all: remember and use the script.
+    m_delex_unsupported = true;
+  }
+  std::string_view keys[] = {m_keys.lock};
+  std::string_view args[] = {value};
+  Deadline sent{};
+  auto reply = run_script(m_client, scripts::k_release, keys, args, deadline, sent);
+  if (!reply) return std::unexpected(reply.error());
+  auto n = reply->as_integer();
+  if (!n) return std::unexpected(protocol_error("unexpected reply to the release script"));
+  return *n == 1;
+}
+
+Result<LockStatus> LeaseClient::status(Deadline deadline) {
+  std::vector<std::vector<std::string_view>> commands = {
+      {"GET", m_keys.lock}, {"PTTL", m_keys.lock}, {"GET", m_keys.token}};
+  auto replies = m_client.pipeline(commands, deadline);
+  if (!replies) return std::unexpected(replies.error());
+  for (const auto& r : *replies)
+    if (r.is_error()) return std::unexpected(protocol_error("status query failed: " + r.str));
+  LockStatus s;
+  const auto& value = (*replies)[0];
+  if (value.is_string()) {
+    s.holder = parse_holder(value.str);
+    if (auto pttl = (*replies)[1].as_integer(); pttl && *pttl >= 0) s.remaining = std::chrono::milliseconds(*pttl);
+  }
+  if ((*replies)[2].is_string()) {
+    if (auto t = to_number<std::uint64_t>((*replies)[2].str)) s.last_token = *t;
+  }
+  return s;
+}
+
+}  // namespace fencerun::lease

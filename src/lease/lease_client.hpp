@@ -1,0 +1,78 @@
+#pragma once
+// LeaseClient: the lease operations on Redis (acquire + token, renew, release, status), each one round
+// trip. Knows nothing of processes. Scripts run with EVALSHA and fall back to EVAL on NOSCRIPT.
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "redis/client.hpp"
+#include "util/clock.hpp"
+
+namespace fencerun::lease {
+
+struct LockKeys {
+  std::string lock;   // <prefix>{NAME}:lock
+  std::string token;  // <prefix>{NAME}:token
+};
+LockKeys keys_for(std::string_view prefix, std::string_view name);
+
+// What the lock value says about its holder: "<owner> <token> <pid> <host>".
+struct Holder {
+  std::string owner;
+  std::optional<std::uint64_t> token;
+  std::optional<long> pid;
+  std::string host;
+};
+// Parses a lock value; fields that are missing or malformed (a value set by something else) stay empty.
+Holder parse_holder(std::string_view value);
+
+struct Acquired {
+  std::uint64_t token = 0;
+  std::string value;       // the exact lock value, for renew and release
+  Deadline sent{};         // read just before the successful request was written
+  long server_version = 0; // e.g. 0x070000 for 7.0.0; 0 when unknown
+};
+struct Busy {
+  std::optional<std::chrono::milliseconds> remaining;  // nullopt: the holder's key has no expiry
+  Holder holder;
+};
+using AcquireResult = std::variant<Acquired, Busy>;
+
+enum class RenewOutcome { renewed, gone, stolen };
+
+struct LockStatus {
+  std::optional<Holder> holder;                        // nullopt: free
+  std::optional<std::chrono::milliseconds> remaining;  // when held and expiring
+  std::optional<std::uint64_t> last_token;
+};
+
+class LeaseClient {
+ public:
+  LeaseClient(redis::Client& client, LockKeys keys) : m_client(client), m_keys(std::move(keys)) {}
+
+  const LockKeys& keys() const { return m_keys; }
+  redis::Client& client() { return m_client; }
+
+  // One attempt: acquire with `ttl` and issue a token, or report the holder.
+  redis::Result<AcquireResult> try_acquire(std::string_view owner, std::chrono::milliseconds ttl, long pid,
+                                           std::string_view host, Deadline deadline);
+  // Owner-checked renewal; `sent` receives the time the successful request was written.
+  redis::Result<RenewOutcome> renew(std::string_view value, std::chrono::milliseconds ttl, Deadline deadline,
+                                    Deadline& sent);
+  // Owner-checked compare-and-delete. true: deleted; false: it was not ours any more.
+  redis::Result<bool> release(std::string_view value, bool try_delex, Deadline deadline);
+  redis::Result<LockStatus> status(Deadline deadline);
+
+ private:
+  redis::Client& m_client;
+  LockKeys m_keys;
+  bool m_delex_unsupported = false;
+};
+
+// DELEX (compare-and-delete as one command) first appeared in Redis 8.4.
+inline bool server_has_delex(long version) { return version >= 0x080400; }
+
+}  // namespace fencerun::lease

@@ -1,0 +1,27 @@
+#pragma once
+// Logging on stderr, prefixed "fencerun:". Each event has a name (acquired, renew_failed, ...), a
+// human message and context fields. Text: `fencerun: acquired lock [lock: nightly, token: 41]`.
+// JSON (--log-format json): one object per line with ts, level, event, msg and the fields.
+// Thread-safe. spdlog stays inside log.cpp.
+#include <initializer_list>
+#include <string>
+#include <string_view>
+
+namespace fencerun::log {
+
+enum class Level { debug, info, warn, error };
+enum class Format { text, json };
+
+struct Field {
+  std::string_view key;
+  std::string value;
+};
+
+void init(Level level, Format format);
+bool enabled(Level level);
+void event(Level level, std::string_view name, std::string_view message, std::initializer_list<Field> fields = {});
+
+// Escapes `s` as the inside of a JSON string.
+std::string json_escape(std::string_view s);
+
+}  // namespace fencerun::log

@@ -1,0 +1,62 @@
+// parse -> configure -> run -> exit code. The only catch-all, and the only place that picks the status.
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <hiredis/hiredis.h>
+
+#include "app/app.hpp"
+#include "cli/parse.hpp"
+#include "config/config.hpp"
+#include "log/log.hpp"
+#include "supervisor/exit_status.hpp"
+#include "supervisor/signals.hpp"
+#include "util/error.hpp"
+#include "version.hpp"
+
+namespace {
+
+std::optional<std::string> get_env(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v) return std::nullopt;
+  return std::string(v);
+}
+
+fencerun::log::Level to_log_level(fencerun::config::LogLevel l) {
+  using L = fencerun::config::LogLevel;
+  switch (l) {
+    case L::debug: return fencerun::log::Level::debug;
+    case L::info: return fencerun::log::Level::info;
+    case L::warn: return fencerun::log::Level::warn;
+    case L::error: return fencerun::log::Level::error;
+  }
+  return fencerun::log::Level::warn;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace fencerun;
+  try {
+    auto options = cli::parse(argc, argv);
+    if (options.subcommand == config::Subcommand::help) {
+      std::fputs(options.help_text.c_str(), stdout);
+      return 0;
+    }
+    if (options.subcommand == config::Subcommand::version) {
+      std::printf("fencerun %s\nhiredis %d.%d.%d\nfeatures: tcp unix\n", FENCERUN_VERSION, HIREDIS_MAJOR,
+                  HIREDIS_MINOR, HIREDIS_PATCH);
+      return 0;
+    }
+    auto config = config::make_config(options, get_env, supervisor::parse_signal);
+    log::init(to_log_level(config.common.log_level),
+              config.common.log_format == config::LogFormat::json ? log::Format::json : log::Format::text);
+    if (config.subcommand == config::Subcommand::status) return app::status(config);
+    return app::run(config);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "fencerun: %s (see fencerun --help)\n", e.what());
+    return exit_code::k_usage;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fencerun: internal error: %s\n", e.what());
+    return exit_code::k_internal;
+  }
+}

@@ -1,0 +1,24 @@
+#pragma once
+// Transport: a byte stream to a Redis server (TCP, unix socket; TLS in its own implementation) whose
+// every read and write is bounded by a deadline.
+#include <cstddef>
+#include <memory>
+
+#include "config/url.hpp"
+#include "redis/error.hpp"
+#include "util/clock.hpp"
+
+namespace fencerun::redis {
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual Result<void> write_all(const char* data, std::size_t size, Deadline deadline) = 0;
+  // Reads at least one byte (or fails): end of stream is a connection error.
+  virtual Result<std::size_t> read_some(char* data, std::size_t capacity, Deadline deadline) = 0;
+};
+
+// Opens the transport `endpoint` asks for, bounded by `deadline`.
+Result<std::unique_ptr<Transport>> open_transport(const config::RedisEndpoint& endpoint, Deadline deadline);
+
+}  // namespace fencerun::redis

@@ -1,0 +1,118 @@
+#include "supervisor/spawn.hpp"
+
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/process/child.hpp>
+#include <boost/process/exe.hpp>
+#include <boost/process/extend.hpp>
+#include <cerrno>
+#include <cstring>
+
+namespace fencerun::supervisor {
+namespace {
+
+namespace bp = boost::process;
+
+// Runs in the child between fork and exec: only async-signal-safe calls here.
+struct ChildSetup : bp::extend::handler {
+  char* const* argv;
+  char** envp;
+  const sigset_t* mask;
+  int tty_fd;
+  pid_t parent;
+
+  template <class Executor>
+  void on_exec_setup(Executor& e) const {
+    ::setpgid(0, 0);
+    if (tty_fd >= 0) ::tcsetpgrp(tty_fd, ::getpid());  // SIGTTOU is still blocked here
+    // If fencerun dies, so does the command; a watchdog takes care of the rest of the group.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::raise(SIGKILL);  // fencerun died before prctl took effect
+    ::sigprocmask(SIG_SETMASK, mask, nullptr);
+    e.cmd_line = argv;  // argv[0] exactly as the user wrote it
+    e.env = envp;
+  }
+};
+
+bool is_executable_file(const std::string& path, int& err) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    err = errno;
+    return false;
+  }
+  if (S_ISDIR(st.st_mode)) {
+    err = EACCES;
+    return false;
+  }
+  if (::access(path.c_str(), X_OK) != 0) {
+    err = errno;
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::expected<std::string, SpawnError> resolve_executable(const std::string& name, const std::string& path_env) {
+  if (name.find('/') != std::string::npos) {
+    int err = 0;
+    if (is_executable_file(name, err)) return name;
+    if (err == ENOENT || err == ENOTDIR) return std::unexpected(SpawnError{127, name + ": No such file or directory"});
+    return std::unexpected(SpawnError{126, name + ": " + std::strerror(err)});
+  }
+  bool found_unusable = false;
+  int unusable_err = 0;
+  std::string_view dirs = path_env;
+  for (;;) {
+    auto colon = dirs.find(':');
+    std::string dir(dirs.substr(0, colon));
+    if (dir.empty()) dir = ".";
+    std::string candidate = dir + "/" + name;
+    int err = 0;
+    if (is_executable_file(candidate, err)) return candidate;
+    if (err != ENOENT && err != ENOTDIR && !found_unusable) {
+      found_unusable = true;
+      unusable_err = err;
+    }
+    if (colon == std::string_view::npos) break;
+    dirs.remove_prefix(colon + 1);
+  }
+  if (found_unusable) return std::unexpected(SpawnError{126, name + ": " + std::strerror(unusable_err)});
+  return std::unexpected(SpawnError{127, name + ": command not found"});
+}
+
+std::expected<pid_t, SpawnError> spawn(const SpawnRequest& request) {
+  const char* path = ::getenv("PATH");
+  auto exe = resolve_executable(request.argv.front(), path ? path : "/usr/local/bin:/usr/bin:/bin");
+  if (!exe) return std::unexpected(exe.error());
+
+  std::vector<char*> argv, envp;
+  for (const auto& a : request.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (const auto& e : request.env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+
+  ChildSetup setup;
+  setup.argv = argv.data();
+  setup.envp = envp.data();
+  setup.mask = &request.mask;
+  setup.tty_fd = request.tty_fd;
+  setup.parent = ::getpid();
+
+  std::error_code ec;
+  bp::child child(bp::exe = *exe, setup, ec);
+  if (ec) {
+    int code = ec.value() == ENOENT ? 127 : 126;
+    return std::unexpected(SpawnError{code, request.argv.front() + ": " + std::strerror(ec.value())});
+  }
+  pid_t pid = child.id();
+  child.detach();  // fencerun reaps it itself
+  // Both sides set the group and the terminal, so neither order of scheduling leaves a window.
+  ::setpgid(pid, pid);
+  if (request.tty_fd >= 0) ::tcsetpgrp(request.tty_fd, pid);
+  return pid;
+}
+
+}  // namespace fencerun::supervisor
