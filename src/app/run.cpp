@@ -117,8 +117,9 @@ int run(const config::Config& c) {
   }
 
   const std::string token = std::to_string(acquired.token);
+  const log::Context context{c.run.lock, token};
   log::event(log::Level::info, "acquired", "acquired lock",
-             {{"lock", c.run.lock}, {"token", token}, {"ttl", config::format_duration(c.run.timing.ttl)}});
+             context, {{"ttl", config::format_duration(c.run.timing.ttl)}});
 
   auto release = [&] {
     auto released = lease.release(acquired.value, lease::server_has_delex(acquired.server_version),
@@ -126,29 +127,29 @@ int run(const config::Config& c) {
     if (!released) {
       log::event(log::Level::warn, "release_failed",
                  "could not release the lock (it expires by itself): " + released.error().message,
-                 {{"lock", c.run.lock}, {"token", token}});
+                 context);
     } else if (*released) {
-      log::event(log::Level::info, "released", "released lock", {{"lock", c.run.lock}, {"token", token}});
+      log::event(log::Level::info, "released", "released lock", context);
     } else {
       log::event(log::Level::info, "not_released", "lock was no longer ours; left it alone",
-                 {{"lock", c.run.lock}, {"token", token}});
+                 context);
     }
   };
 
   // The watchdog and the command are forked while fencerun has a single thread.
   std::optional<supervisor::Watchdog> watchdog;
   watchdog.emplace();
-  supervisor::Supervisor sup(signals, {c.run.kill_signal, c.run.timing.grace, c.run.timing.margin});
+  supervisor::Supervisor sup(signals, {c.run.kill_signal, c.run.timing.grace, c.run.timing.margin}, context);
   auto pid = sup.start(c.run.command, child_environment(c, acquired, owner));
   if (!pid) {
     watchdog->disarm();
-    log::event(log::Level::error, "exec_failed", pid.error().message, {{"lock", c.run.lock}, {"token", token}});
+    log::event(log::Level::error, "exec_failed", pid.error().message, context);
     release();
     return pid.error().exit_code;
   }
   watchdog->guard(*pid);
 
-  lease::LeaseKeeper keeper(lease, acquired, schedule, timeout);
+  lease::LeaseKeeper keeper(lease, acquired, schedule, timeout, context);
   supervisor::LeaseWatch watch{[&keeper] { return keeper.deadline(); }, [&keeper] { return keeper.lost(); },
                                keeper.wake_fd()};
   auto outcome = sup.supervise(watch);
@@ -159,7 +160,7 @@ int run(const config::Config& c) {
   if (outcome.stopped_for_lease && outcome.command_died_at) {
     auto margin = std::chrono::duration_cast<milliseconds>(keeper.deadline() - *outcome.command_died_at);
     log::event(log::Level::warn, "command_stopped", "the command was stopped before the lease deadline",
-               {{"lock", c.run.lock}, {"token", token}, {"before_deadline", config::format_duration(margin)}});
+               context, {{"before_deadline", config::format_duration(margin)}});
   }
   release();
   if (outcome.stopped_for_lease) return c.run.lease_lost_exit_code;

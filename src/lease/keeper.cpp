@@ -11,10 +11,10 @@
 namespace fencerun::lease {
 
 LeaseKeeper::LeaseKeeper(LeaseClient& lease, const Acquired& acquired, LeaseSchedule schedule,
-                         std::chrono::milliseconds request_timeout)
+                         std::chrono::milliseconds request_timeout, log::Context context)
     : m_lease(lease),
       m_value(acquired.value),
-      m_token(acquired.token),
+      m_context(std::move(context)),
       m_schedule(schedule),
       m_timeout(request_timeout),
       m_last_sent(acquired.sent),
@@ -47,8 +47,6 @@ void LeaseKeeper::wake() {
 
 void LeaseKeeper::run() {
   const auto ttl = m_schedule.timing().ttl;
-  const std::string token = std::to_string(m_token);
-  const std::string& lock = m_lease.keys().lock;
   Deadline next = m_schedule.next_renewal(m_last_sent);
   int failures = 0;
   for (;;) {
@@ -68,7 +66,7 @@ void LeaseKeeper::run() {
     Deadline stop_point = m_schedule.stop_at(current);
     if (now >= stop_point) {
       log::event(log::Level::warn, "renew_gave_up", "lease ran short without a successful renewal",
-                 {{"lock", lock}, {"token", token}});
+                 m_context);
       wake();
       return;
     }
@@ -83,9 +81,9 @@ void LeaseKeeper::run() {
       }
       if (failures > 0)
         log::event(log::Level::info, "renew_recovered", "renewal succeeded again",
-                   {{"lock", lock}, {"token", token}, {"failures", std::to_string(failures)}});
+                   m_context, {{"failures", std::to_string(failures)}});
       failures = 0;
-      log::event(log::Level::debug, "renewed", "renewed lease", {{"lock", lock}, {"token", token}});
+      log::event(log::Level::debug, "renewed", "renewed lease", m_context);
       next = m_schedule.next_renewal(sent);
       continue;
     }
@@ -94,7 +92,7 @@ void LeaseKeeper::run() {
       log::event(log::Level::error, "lease_lost",
                  *outcome == RenewOutcome::gone ? "lease lost: the lock key is gone"
                                                 : "lease lost: the lock is held by another owner",
-                 {{"lock", lock}, {"token", token}});
+                 m_context);
       wake();
       return;
     }
@@ -105,7 +103,7 @@ void LeaseKeeper::run() {
     }
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(time_left(stop_point, BootClock::now()));
     log::event(log::Level::warn, "renew_failed", "renewal failed: " + outcome.error().message,
-               {{"lock", lock}, {"token", token}, {"stop_in", config::format_duration(left)}});
+               m_context, {{"stop_in", config::format_duration(left)}});
     next = m_schedule.retry_at(BootClock::now(), failures, current);
   }
 }

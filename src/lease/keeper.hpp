@@ -12,6 +12,7 @@
 
 #include "lease/lease_client.hpp"
 #include "lease/schedule.hpp"
+#include "log/log.hpp"
 #include "util/fd.hpp"
 
 namespace fencerun::lease {
@@ -25,7 +26,7 @@ class LeaseKeeper {
 
   // Starts renewing. `lease` (and its connection) belongs to the keeper until stop() returns.
   LeaseKeeper(LeaseClient& lease, const Acquired& acquired, LeaseSchedule schedule,
-              std::chrono::milliseconds request_timeout);
+              std::chrono::milliseconds request_timeout, log::Context context);
   ~LeaseKeeper();
   LeaseKeeper(const LeaseKeeper&) = delete;
   LeaseKeeper& operator=(const LeaseKeeper&) = delete;
@@ -46,7 +47,7 @@ class LeaseKeeper {
 
   LeaseClient& m_lease;
   std::string m_value;
-  std::uint64_t m_token;
+  log::Context m_context;
   LeaseSchedule m_schedule;
   std::chrono::milliseconds m_timeout;
   Deadline m_last_sent;

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <chrono>
 #include <ctime>
+#include <span>
+#include <vector>
 
 namespace fencerun::log {
 namespace {
@@ -58,6 +60,8 @@ std::string timestamp() {
   return buf;
 }
 
+void write_event(Level level, std::string_view name, std::string_view message, std::span<const Field> fields);
+
 bool is_json_number(std::string_view s) {
   if (s.empty() || s.size() > 16) return false;
   for (char c : s)
@@ -97,8 +101,24 @@ void init(Level level, Format format) {
 
 bool enabled(Level level) { return level >= g_level.load(); }
 
+void event(Level level, std::string_view name, std::string_view message, const Context& context,
+           std::initializer_list<Field> fields) {
+  if (!enabled(level)) return;
+  std::vector<Field> all;
+  all.reserve(fields.size() + 2);
+  all.push_back({"lock", context.lock});
+  if (!context.token.empty()) all.push_back({"token", context.token});
+  all.insert(all.end(), fields.begin(), fields.end());
+  write_event(level, name, message, all);
+}
+
 void event(Level level, std::string_view name, std::string_view message, std::initializer_list<Field> fields) {
   if (!enabled(level)) return;
+  write_event(level, name, message, std::span<const Field>(fields.begin(), fields.size()));
+}
+
+namespace {
+void write_event(Level level, std::string_view name, std::string_view message, std::span<const Field> fields) {
   std::string line;
   if (g_format.load() == Format::json) {
     line = "{\"ts\":\"" + timestamp() + "\",\"level\":\"" + level_name(level) + "\",\"event\":\"" +
@@ -113,7 +133,7 @@ void event(Level level, std::string_view name, std::string_view message, std::in
     if (level == Level::error) line += "error: ";
     else if (level == Level::warn) line += "warning: ";
     line += message;
-    if (fields.size() > 0) {
+    if (!fields.empty()) {
       line += " [";
       bool first = true;
       for (const auto& f : fields) {
@@ -128,5 +148,7 @@ void event(Level level, std::string_view name, std::string_view message, std::in
   }
   logger().log(to_spdlog(level), spdlog::string_view_t(line.data(), line.size()));
 }
+
+}  // namespace
 
 }  // namespace fencerun::log

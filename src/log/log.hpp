@@ -17,9 +17,17 @@ struct Field {
   std::string value;
 };
 
+// The lease an event belongs to: every lease event carries the lock name and token.
+struct Context {
+  std::string lock;
+  std::string token;
+};
+
 void init(Level level, Format format);
 bool enabled(Level level);
 void event(Level level, std::string_view name, std::string_view message, std::initializer_list<Field> fields = {});
+void event(Level level, std::string_view name, std::string_view message, const Context& context,
+           std::initializer_list<Field> fields = {});
 
 // Escapes `s` as the inside of a JSON string.
 std::string json_escape(std::string_view s);

@@ -41,7 +41,8 @@ int foreground_tty() {
 
 }  // namespace
 
-Supervisor::Supervisor(SignalChannel& signals, StopPolicy policy) : m_signals(signals), m_policy(policy) {}
+Supervisor::Supervisor(SignalChannel& signals, StopPolicy policy, log::Context context)
+    : m_signals(signals), m_policy(policy), m_context(std::move(context)) {}
 
 Supervisor::~Supervisor() {
   if (m_tty >= 0) ::tcsetpgrp(m_tty, ::getpgrp());
@@ -83,7 +84,7 @@ bool Supervisor::group_alive() const { return ::kill(-m_pid, 0) == 0 || errno ==
 
 void Supervisor::signal_group(int signo) {
   if (::kill(-m_pid, signo) != 0 && errno != ESRCH)
-    log::event(log::Level::warn, "signal_failed", "cannot signal the command's process group",
+    log::event(log::Level::warn, "signal_failed", "cannot signal the command's process group", m_context,
                {{"signal", signal_name(signo)}, {"error", std::strerror(errno)}});
 }
 
@@ -100,7 +101,7 @@ Outcome Supervisor::supervise(const LeaseWatch& lease) {
     kill_at = std::min(now + m_policy.grace, deadline - m_policy.margin);
     state = State::stopping;
     out.stopped_for_lease = out.stopped_for_lease || for_lease;
-    log::event(for_lease ? log::Level::error : log::Level::info, "stopping", why,
+    log::event(for_lease ? log::Level::error : log::Level::info, "stopping", why, m_context,
                {{"signal", signal_name(m_policy.kill_signal)}, {"pgid", std::to_string(m_pid)}});
     signal_group(m_policy.kill_signal);
   };
@@ -131,7 +132,7 @@ Outcome Supervisor::supervise(const LeaseWatch& lease) {
         signal_group(SIGKILL);
         out.killed = true;
         state = State::killed;
-        log::event(log::Level::warn, "killed", "sent SIGKILL to the command's process group",
+        log::event(log::Level::warn, "killed", "sent SIGKILL to the command's process group", m_context,
                    {{"pgid", std::to_string(m_pid)}});
       } else {
         next = std::min(next, kill_at);
@@ -149,7 +150,7 @@ Outcome Supervisor::supervise(const LeaseWatch& lease) {
     while (auto sig = m_signals.read_one()) {
       if (*sig == SIGCHLD) continue;  // reaped at the top of the loop
       if (!m_exited && is_forwarded(*sig)) {
-        log::event(log::Level::info, "forwarded", "forwarding signal to the command",
+        log::event(log::Level::info, "forwarded", "forwarding signal to the command", m_context,
                    {{"signal", signal_name(*sig)}});
         signal_group(*sig);
       }

@@ -12,6 +12,7 @@
 #include <functional>
 #include <optional>
 
+#include "log/log.hpp"
 #include "supervisor/signals.hpp"
 #include "supervisor/spawn.hpp"
 #include "util/clock.hpp"
@@ -39,7 +40,7 @@ struct Outcome {
 
 class Supervisor {
  public:
-  Supervisor(SignalChannel& signals, StopPolicy policy);
+  Supervisor(SignalChannel& signals, StopPolicy policy, log::Context context);
   ~Supervisor();
 
   // Starts the command (see spawn()). Call once.
@@ -54,6 +55,7 @@ class Supervisor {
 
   SignalChannel& m_signals;
   StopPolicy m_policy;
+  log::Context m_context;
   pid_t m_pid = -1;
   int m_tty = -1;
   bool m_exited = false;
