@@ -89,6 +89,10 @@ int run(const config::Config& c) {
     auto result = lease.try_acquire(owner, c.run.timing.ttl, ::getpid(), host, BootClock::now() + timeout);
     if (!result) {
       log_unavailable(c, result.error());
+      if (result.error().kind == redis::Error::Kind::timeout) {
+        // The request may have run on the server after all: release what we may hold (by owner id).
+        [[maybe_unused]] auto cleaned = lease.release(owner, std::nullopt, false, BootClock::now() + timeout / 2);
+      }
       return exit_code::k_unavailable;
     }
     if (auto* got = std::get_if<lease::Acquired>(&*result)) {
@@ -122,7 +126,7 @@ int run(const config::Config& c) {
              context, {{"ttl", config::format_duration(c.run.timing.ttl)}});
 
   auto release = [&] {
-    auto released = lease.release(acquired.value, lease::server_has_delex(acquired.server_version),
+    auto released = lease.release(owner, acquired.value, lease::server_has_delex(acquired.server_version),
                                   BootClock::now() + timeout);
     if (!released) {
       log::event(log::Level::warn, "release_failed",
@@ -135,6 +139,15 @@ int run(const config::Config& c) {
                  context);
     }
   };
+
+  // A signal that ends the wait may have arrived while the acquire request was in flight: honour it
+  // before the command starts, holding nothing.
+  if (auto sig = signals.pending_terminating()) {
+    log::event(log::Level::info, "interrupted", "stopped before starting the command", context,
+               {{"signal", supervisor::signal_name(*sig)}});
+    release();
+    return exit_code_for_signal(*sig);
+  }
 
   // The watchdog and the command are forked while fencerun has a single thread.
   std::optional<supervisor::Watchdog> watchdog;

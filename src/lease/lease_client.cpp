@@ -112,16 +112,17 @@ Result<RenewOutcome> LeaseClient::renew(std::string_view value, std::chrono::mil
   return *n == 0 ? RenewOutcome::gone : RenewOutcome::stolen;
 }
 
-Result<bool> LeaseClient::release(std::string_view value, bool try_delex, Deadline deadline) {
-  if (try_delex && !m_delex_unsupported) {
-    auto reply = m_client.command({"DELEX", m_keys.lock, "IFEQ", value}, deadline);
+Result<bool> LeaseClient::release(std::string_view owner, std::optional<std::string_view> value, bool try_delex,
+                                  Deadline deadline) {
+  if (value && try_delex && !m_delex_unsupported) {
+    auto reply = m_client.command({"DELEX", m_keys.lock, "IFEQ", *value}, deadline);
     if (!reply) return std::unexpected(reply.error());
     if (auto n = reply->as_integer(); n && !reply->is_error()) return *n == 1;
     // Renamed, disabled or absent after all: remember and use the script.
     m_delex_unsupported = true;
   }
   std::string_view keys[] = {m_keys.lock};
-  std::string_view args[] = {value};
+  std::string_view args[] = {owner};
   Deadline sent{};
   auto reply = run_script(m_client, scripts::k_release, keys, args, deadline, sent);
   if (!reply) return std::unexpected(reply.error());

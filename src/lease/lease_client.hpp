@@ -62,8 +62,11 @@ class LeaseClient {
   // Owner-checked renewal; `sent` receives the time the successful request was written.
   redis::Result<RenewOutcome> renew(std::string_view value, std::chrono::milliseconds ttl, Deadline deadline,
                                     Deadline& sent);
-  // Owner-checked compare-and-delete. true: deleted; false: it was not ours any more.
-  redis::Result<bool> release(std::string_view value, bool try_delex, Deadline deadline);
+  // Owner-checked compare-and-delete. true: deleted; false: it was not ours any more. With the full
+  // `value` known, DELEX key IFEQ value is used where the server has it; otherwise the script compares
+  // the owner id (the value's first word).
+  redis::Result<bool> release(std::string_view owner, std::optional<std::string_view> value, bool try_delex,
+                              Deadline deadline);
   redis::Result<LockStatus> status(Deadline deadline);
 
  private:

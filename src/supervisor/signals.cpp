@@ -88,10 +88,15 @@ std::optional<int> SignalChannel::read_one() {
   }
 }
 
+std::optional<int> SignalChannel::pending_terminating() {
+  while (auto sig = read_one())
+    if (ends_wait(*sig)) return sig;
+  return std::nullopt;
+}
+
 std::optional<int> SignalChannel::wait_for_terminating(Deadline until) {
   for (;;) {
-    while (auto sig = read_one())
-      if (ends_wait(*sig)) return sig;
+    if (auto sig = pending_terminating()) return sig;
     auto left = time_left(until);
     if (left <= BootClock::duration::zero()) return std::nullopt;
     timespec ts{};

@@ -37,6 +37,8 @@ class SignalChannel {
   const sigset_t& original_mask() const { return m_original; }
   // Next pending signal, without blocking; nullopt when none.
   std::optional<int> read_one();
+  // A pending signal that ends the wait, if any (other pending signals are dropped).
+  std::optional<int> pending_terminating();
   // Waits until `until` for a signal that ends the wait for the lock; other signals are dropped.
   std::optional<int> wait_for_terminating(Deadline until);
 

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -59,12 +58,8 @@ Watchdog::Watchdog() {
 }
 
 Watchdog::~Watchdog() {
+  // Not waited for: once disarmed it exits by itself, and fencerun's reaper (or init) collects it.
   disarm();
-  if (m_pid > 0) {
-    // It exits at once after disarm; reap it unless the supervisor's reaper already did.
-    while (::waitpid(m_pid, nullptr, 0) < 0 && errno == EINTR) {
-    }
-  }
 }
 
 void Watchdog::guard(pid_t pgid) {
