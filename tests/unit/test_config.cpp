@@ -1,0 +1,410 @@
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/config.hpp"
+#include "util/error.hpp"
+
+using fencerun::UsageError;
+using fencerun::config::Config;
+using fencerun::config::LogFormat;
+using fencerun::config::LogLevel;
+using fencerun::config::make_config;
+using fencerun::config::Options;
+using fencerun::config::Subcommand;
+using Transport = fencerun::config::RedisEndpoint::Transport;
+using std::chrono::milliseconds;
+
+namespace {
+
+using Env = std::map<std::string, std::string>;
+
+std::optional<int> fake_parse_signal(std::string_view name) {
+  static const std::map<std::string, int, std::less<>> k_signals{
+      {"TERM", 15}, {"SIGTERM", 15}, {"INT", 2}, {"HUP", 1}, {"KILL", 9}, {"USR1", 10}, {"15", 15}, {"2", 2}};
+  auto it = k_signals.find(name);
+  if (it == k_signals.end()) return std::nullopt;
+  return it->second;
+}
+
+Options run_options(std::vector<std::string> command = {"true"}) {
+  Options o;
+  o.lock_name = "nightly";
+  o.command = std::move(command);
+  return o;
+}
+
+Config configure(const Options& o, const Env& env = {}) {
+  std::vector<std::string> asked;
+  return make_config(
+      o,
+      [&env](const char* name) -> std::optional<std::string> {
+        auto it = env.find(name);
+        if (it == env.end()) return std::nullopt;
+        return it->second;
+      },
+      fake_parse_signal);
+}
+
+// The message of the UsageError that make_config throws, or "<no error>".
+std::string usage_error(const Options& o, const Env& env = {}) {
+  try {
+    configure(o, env);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+}  // namespace
+
+TEST(make_config, applies_the_defaults) {
+  Config c = configure(run_options({"backup", "--all"}));
+  EXPECT_EQ(c.subcommand, Subcommand::run);
+  EXPECT_EQ(c.common.endpoint.transport, Transport::tcp);
+  EXPECT_EQ(c.common.endpoint.host, "127.0.0.1");
+  EXPECT_EQ(c.common.endpoint.port, 6379);
+  EXPECT_EQ(c.common.endpoint.db, 0);
+  EXPECT_EQ(c.common.endpoint.password, std::nullopt);
+  EXPECT_EQ(c.common.redacted_url, "redis://127.0.0.1:6379");
+  EXPECT_EQ(c.common.timeout, milliseconds(2'000));
+  EXPECT_EQ(c.common.key_prefix, "fencerun:");
+  EXPECT_EQ(c.common.log_level, LogLevel::warn);
+  EXPECT_EQ(c.common.log_format, LogFormat::text);
+  EXPECT_EQ(c.run.lock, "nightly");
+  EXPECT_EQ(c.run.timing.ttl, milliseconds(30'000));
+  EXPECT_EQ(c.run.timing.renew, milliseconds(10'000));
+  EXPECT_EQ(c.run.timing.grace, milliseconds(5'000));
+  EXPECT_EQ(c.run.kill_signal, 15);
+  EXPECT_EQ(c.run.wait, milliseconds(0));
+  EXPECT_EQ(c.run.conflict_exit_code, 75);
+  EXPECT_EQ(c.run.lease_lost_exit_code, 124);
+  EXPECT_EQ(c.run.command, (std::vector<std::string>{"backup", "--all"}));
+}
+
+// Where the lock lives: --redis, else $FENCERUN_REDIS_URL, else $REDIS_URL, else the default.
+
+TEST(make_config, prefers_the_redis_option_to_the_environment) {
+  Options o = run_options();
+  o.redis_url = "redis://option.example:7001";
+  Config c = configure(o, {{"FENCERUN_REDIS_URL", "redis://fencerun.example"}, {"REDIS_URL", "redis://plain.example"}});
+  EXPECT_EQ(c.common.endpoint.host, "option.example");
+  EXPECT_EQ(c.common.endpoint.port, 7001);
+}
+
+TEST(make_config, prefers_fencerun_redis_url_to_redis_url) {
+  Config c = configure(run_options(),
+                       {{"FENCERUN_REDIS_URL", "redis://fencerun.example/2"}, {"REDIS_URL", "redis://plain.example"}});
+  EXPECT_EQ(c.common.endpoint.host, "fencerun.example");
+  EXPECT_EQ(c.common.endpoint.db, 2);
+}
+
+TEST(make_config, falls_back_to_redis_url) {
+  Config c = configure(run_options(), {{"REDIS_URL", "unix:///run/redis.sock?db=3"}});
+  EXPECT_EQ(c.common.endpoint.transport, Transport::unix_socket);
+  EXPECT_EQ(c.common.endpoint.path, "/run/redis.sock");
+  EXPECT_EQ(c.common.endpoint.db, 3);
+  EXPECT_EQ(c.common.redacted_url, "unix:///run/redis.sock?db=3");
+}
+
+TEST(make_config, skips_empty_url_variables) {
+  Config c = configure(run_options(), {{"FENCERUN_REDIS_URL", ""}, {"REDIS_URL", "redis://plain.example"}});
+  EXPECT_EQ(c.common.endpoint.host, "plain.example");
+  Config d = configure(run_options(), {{"FENCERUN_REDIS_URL", ""}, {"REDIS_URL", ""}});
+  EXPECT_EQ(d.common.redacted_url, "redis://127.0.0.1:6379");
+}
+
+TEST(make_config, rejects_a_bad_url_naming_the_redis_option) {
+  Options o = run_options();
+  o.redis_url = "http://example:80";
+  EXPECT_EQ(usage_error(o), "--redis: unsupported URL scheme 'http' (expected redis://, rediss:// or unix://)");
+  EXPECT_EQ(usage_error(run_options(), {{"REDIS_URL", "redis://host:http"}}),
+            "--redis: port 'http' is not a number from 1 to 65535");
+}
+
+// The password: from the URL, else $FENCERUN_REDIS_PASSWORD, else $REDISCLI_AUTH.
+
+TEST(make_config, prefers_the_password_in_the_url) {
+  Options o = run_options();
+  o.redis_url = "redis://alice:from-url@host";
+  Config c = configure(o, {{"FENCERUN_REDIS_PASSWORD", "from-fencerun"}, {"REDISCLI_AUTH", "from-cli"}});
+  EXPECT_EQ(c.common.endpoint.user, "alice");
+  EXPECT_EQ(c.common.endpoint.password, "from-url");
+}
+
+TEST(make_config, prefers_fencerun_redis_password_to_rediscli_auth) {
+  Config c = configure(run_options(), {{"FENCERUN_REDIS_PASSWORD", "from-fencerun"}, {"REDISCLI_AUTH", "from-cli"}});
+  EXPECT_EQ(c.common.endpoint.password, "from-fencerun");
+}
+
+TEST(make_config, falls_back_to_rediscli_auth) {
+  Config c = configure(run_options(), {{"REDISCLI_AUTH", "from-cli"}});
+  EXPECT_EQ(c.common.endpoint.password, "from-cli");
+  Config d = configure(run_options(), {{"FENCERUN_REDIS_PASSWORD", ""}, {"REDISCLI_AUTH", "from-cli"}});
+  EXPECT_EQ(d.common.endpoint.password, "from-cli");
+}
+
+TEST(make_config, applies_an_environment_password_to_a_url_from_the_environment) {
+  Config c = configure(run_options(),
+                       {{"REDIS_URL", "redis://bob@db.example:6380"}, {"FENCERUN_REDIS_PASSWORD", "hunter2"}});
+  EXPECT_EQ(c.common.endpoint.user, "bob");
+  EXPECT_EQ(c.common.endpoint.password, "hunter2");
+}
+
+TEST(make_config, leaves_the_password_unset_without_one) {
+  Config c = configure(run_options(), {{"FENCERUN_REDIS_PASSWORD", ""}, {"REDISCLI_AUTH", ""}});
+  EXPECT_EQ(c.common.endpoint.password, std::nullopt);
+}
+
+TEST(make_config, keeps_every_password_out_of_the_redacted_url) {
+  Options o = run_options();
+  o.redis_url = "redis://alice:hunter2@host:6380/1";
+  EXPECT_EQ(configure(o).common.redacted_url, "redis://alice@host:6380/1");
+  Config c = configure(run_options(), {{"FENCERUN_REDIS_PASSWORD", "hunter3"}});
+  EXPECT_EQ(c.common.redacted_url, "redis://127.0.0.1:6379");
+  Config d = configure(run_options(), {{"REDISCLI_AUTH", "hunter4"}});
+  EXPECT_EQ(d.common.redacted_url, "redis://127.0.0.1:6379");
+}
+
+// The command.
+
+TEST(make_config, keeps_the_command_argv_intact) {
+  Config c = configure(run_options({"printf", "%s\\n", "two words", "'quoted'", "$HOME", ""}));
+  EXPECT_EQ(c.run.command, (std::vector<std::string>{"printf", "%s\\n", "two words", "'quoted'", "$HOME", ""}));
+}
+
+TEST(make_config, wraps_a_shell_command_in_bin_sh) {
+  Options o = run_options({"make -j4 && make install"});
+  o.shell = true;
+  EXPECT_EQ(configure(o).run.command, (std::vector<std::string>{"/bin/sh", "-c", "make -j4 && make install"}));
+}
+
+TEST(make_config, rejects_several_words_with_shell) {
+  Options o = run_options({"make", "install"});
+  o.shell = true;
+  EXPECT_EQ(usage_error(o), "--shell takes exactly one COMMAND string (quote it), got 2 words");
+}
+
+TEST(make_config, rejects_a_missing_command) {
+  EXPECT_EQ(usage_error(run_options({})), "missing COMMAND (usage: fencerun [OPTIONS] NAME -- COMMAND [ARG...])");
+}
+
+TEST(make_config, rejects_an_empty_command_name) {
+  EXPECT_EQ(usage_error(run_options({""})), "COMMAND is empty");
+}
+
+// The lock NAME.
+
+TEST(make_config, rejects_a_missing_lock_name) {
+  Options o = run_options();
+  o.lock_name = "";
+  EXPECT_EQ(usage_error(o), "missing lock NAME");
+}
+
+TEST(make_config, rejects_a_bad_lock_name) {
+  Options o = run_options();
+  o.lock_name = "{nightly}";
+  EXPECT_EQ(usage_error(o), "lock NAME may not contain '{' or '}' (reserved for the Redis Cluster hash tag)");
+  o.lock_name = "night ly";
+  EXPECT_EQ(usage_error(o), "lock NAME may hold only printable ASCII without spaces");
+}
+
+// Durations.
+
+TEST(make_config, reads_ttl_renew_and_grace) {
+  Options o = run_options();
+  o.ttl = "2m";
+  o.renew = "20s";
+  o.grace = "1500ms";
+  Config c = configure(o);
+  EXPECT_EQ(c.run.timing.ttl, milliseconds(120'000));
+  EXPECT_EQ(c.run.timing.renew, milliseconds(20'000));
+  EXPECT_EQ(c.run.timing.grace, milliseconds(1'500));
+}
+
+TEST(make_config, rejects_a_bad_ttl_naming_the_option) {
+  Options o = run_options();
+  o.ttl = "abc";
+  EXPECT_EQ(usage_error(o), "--ttl: 'abc' is not a duration (expected e.g. 500ms, 30s, 5m, 1h)");
+  o.ttl = "10x";
+  EXPECT_EQ(usage_error(o), "--ttl: '10x' has an unknown unit 'x' (use ms, s, m or h)");
+}
+
+TEST(make_config, rejects_zero_and_negative_ttls) {
+  Options o = run_options();
+  o.ttl = "0";
+  EXPECT_EQ(usage_error(o), "--ttl: 0s is too short (at least 100ms)");
+  o.ttl = "-30s";
+  EXPECT_EQ(usage_error(o), "--ttl: -30s is too short (at least 100ms)");
+}
+
+TEST(make_config, rejects_renew_not_smaller_than_the_ttl) {
+  Options o = run_options();
+  o.ttl = "10s";
+  o.renew = "10s";
+  EXPECT_EQ(usage_error(o), "--renew: 10s must be smaller than --ttl 10s");
+  o.renew = "bogus";
+  EXPECT_EQ(usage_error(o), "--renew: 'bogus' is not a duration (expected e.g. 500ms, 30s, 5m, 1h)");
+  o.renew = "0";
+  EXPECT_EQ(usage_error(o), "--renew: must be positive, got 0s");
+}
+
+TEST(make_config, rejects_a_grace_too_large_naming_the_option) {
+  Options o = run_options();
+  o.grace = "20s";
+  EXPECT_EQ(usage_error(o),
+            "--grace: 20s is too large for --ttl 30s: renew + grace + 100ms margin + 302ms drift must stay "
+            "below the ttl (with --renew 10s, at most 19597ms)");
+  o.grace = "-1s";
+  EXPECT_EQ(usage_error(o), "--grace: must not be negative, got -1s");
+  o.grace = "1.5s";
+  EXPECT_EQ(usage_error(o), "--grace: '1.5s' has an unknown unit '.5s' (use ms, s, m or h)");
+}
+
+TEST(make_config, accepts_renew_a_third_and_grace_a_sixth_of_the_ttl) {
+  Options o = run_options();
+  o.ttl = "600ms";
+  o.renew = "200ms";
+  o.grace = "100ms";
+  Config c = configure(o);
+  EXPECT_EQ(c.run.timing.renew, milliseconds(200));
+  EXPECT_EQ(c.run.timing.grace, milliseconds(100));
+}
+
+TEST(make_config, reads_the_timeout) {
+  Options o = run_options();
+  o.timeout = "250ms";
+  EXPECT_EQ(configure(o).common.timeout, milliseconds(250));
+}
+
+TEST(make_config, rejects_a_zero_or_bad_timeout) {
+  Options o = run_options();
+  o.timeout = "0";
+  EXPECT_EQ(usage_error(o), "--timeout: must be positive, got 0");
+  o.timeout = "-1s";
+  EXPECT_EQ(usage_error(o), "--timeout: must be positive, got -1s");
+  o.timeout = "5x";
+  EXPECT_EQ(usage_error(o), "--timeout: '5x' has an unknown unit 'x' (use ms, s, m or h)");
+}
+
+// --wait.
+
+TEST(make_config, waits_forever_for_inf) {
+  Options o = run_options();
+  for (const char* forever : {"inf", "infinity", "forever"}) {
+    o.wait = forever;
+    EXPECT_EQ(configure(o).run.wait, std::nullopt) << forever;
+  }
+}
+
+TEST(make_config, reads_a_finite_wait) {
+  Options o = run_options();
+  o.wait = "90s";
+  EXPECT_EQ(configure(o).run.wait, milliseconds(90'000));
+  o.wait = "0";
+  EXPECT_EQ(configure(o).run.wait, milliseconds(0));
+}
+
+TEST(make_config, rejects_a_negative_or_bad_wait) {
+  Options o = run_options();
+  o.wait = "-1s";
+  EXPECT_EQ(usage_error(o), "--wait: must not be negative, got -1s");
+  o.wait = "soon";
+  EXPECT_EQ(usage_error(o), "--wait: 'soon' is not a duration (expected e.g. 500ms, 30s, 5m, 1h)");
+}
+
+// Signals and exit codes.
+
+TEST(make_config, resolves_the_kill_signal_through_the_given_parser) {
+  Options o = run_options();
+  o.kill_signal = "INT";
+  EXPECT_EQ(configure(o).run.kill_signal, 2);
+  o.kill_signal = "USR1";
+  EXPECT_EQ(configure(o).run.kill_signal, 10);
+}
+
+TEST(make_config, rejects_an_unknown_kill_signal) {
+  Options o = run_options();
+  o.kill_signal = "BOGUS";
+  EXPECT_EQ(usage_error(o), "--kill-signal: 'BOGUS' is not a signal name or number");
+}
+
+TEST(make_config, reads_the_exit_codes) {
+  Options o = run_options();
+  o.conflict_exit_code = 0;
+  o.lease_lost_exit_code = 255;
+  Config c = configure(o);
+  EXPECT_EQ(c.run.conflict_exit_code, 0);
+  EXPECT_EQ(c.run.lease_lost_exit_code, 255);
+}
+
+TEST(make_config, rejects_exit_codes_outside_0_to_255) {
+  Options o = run_options();
+  o.conflict_exit_code = 256;
+  EXPECT_EQ(usage_error(o), "--conflict-exit-code: 256 is not an exit code (0-255)");
+  o.conflict_exit_code = 75;
+  o.lease_lost_exit_code = -1;
+  EXPECT_EQ(usage_error(o), "--lease-lost-exit-code: -1 is not an exit code (0-255)");
+}
+
+// Common options.
+
+TEST(make_config, rejects_braces_in_the_key_prefix) {
+  Options o = run_options();
+  o.key_prefix = "app{1}:";
+  EXPECT_EQ(usage_error(o), "--key-prefix: may not contain '{' or '}' (reserved for the Redis Cluster hash tag)");
+}
+
+TEST(make_config, keeps_a_custom_key_prefix) {
+  Options o = run_options();
+  o.key_prefix = "jobs:";
+  EXPECT_EQ(configure(o).common.key_prefix, "jobs:");
+}
+
+TEST(make_config, maps_verbosity_to_log_levels) {
+  Options o = run_options();
+  const std::pair<int, LogLevel> cases[] = {{-2, LogLevel::error}, {-1, LogLevel::error}, {0, LogLevel::warn},
+                                            {1, LogLevel::info},   {2, LogLevel::debug},  {3, LogLevel::debug}};
+  for (auto [verbosity, level] : cases) {
+    o.verbosity = verbosity;
+    EXPECT_EQ(configure(o).common.log_level, level) << verbosity;
+  }
+}
+
+TEST(make_config, reads_the_log_format) {
+  Options o = run_options();
+  o.log_format = "json";
+  EXPECT_EQ(configure(o).common.log_format, LogFormat::json);
+  o.log_format = "xml";
+  EXPECT_EQ(usage_error(o), "--log-format: 'xml' is not one of text, json");
+}
+
+// Subcommands.
+
+TEST(make_config, needs_no_command_for_status) {
+  Options o = run_options({});
+  o.subcommand = Subcommand::status;
+  o.json = true;
+  Config c = configure(o);
+  EXPECT_EQ(c.subcommand, Subcommand::status);
+  EXPECT_EQ(c.run.lock, "nightly");
+  EXPECT_TRUE(c.json);
+}
+
+TEST(make_config, rejects_a_command_for_status) {
+  Options o = run_options({"true"});
+  o.subcommand = Subcommand::status;
+  EXPECT_EQ(usage_error(o), "status takes no COMMAND");
+}
+
+TEST(make_config, needs_no_lock_name_for_version_and_help) {
+  for (Subcommand s : {Subcommand::version, Subcommand::help}) {
+    Options o;
+    o.subcommand = s;
+    EXPECT_EQ(configure(o).subcommand, s);
+  }
+}
