@@ -1,0 +1,100 @@
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "lease/lease_client.hpp"
+
+using fencerun::lease::Holder;
+using fencerun::lease::keys_for;
+using fencerun::lease::parse_holder;
+using fencerun::lease::server_has_delex;
+
+namespace {
+
+// The part of a key Redis Cluster hashes: the text between the first '{' and the next '}', when not empty.
+std::string_view hash_tag(std::string_view key) {
+  auto open = key.find('{');
+  if (open == std::string_view::npos) return key;
+  auto close = key.find('}', open + 1);
+  if (close == std::string_view::npos || close == open + 1) return key;
+  return key.substr(open + 1, close - open - 1);
+}
+
+}  // namespace
+
+TEST(lock_keys, puts_the_name_in_a_hash_tag_after_the_prefix) {
+  auto keys = keys_for("fencerun:", "nightly");
+  EXPECT_EQ(keys.lock, "fencerun:{nightly}:lock");
+  EXPECT_EQ(keys.token, "fencerun:{nightly}:token");
+}
+
+TEST(lock_keys, uses_the_given_prefix) {
+  auto keys = keys_for("jobs:", "db/backup");
+  EXPECT_EQ(keys.lock, "jobs:{db/backup}:lock");
+  EXPECT_EQ(keys.token, "jobs:{db/backup}:token");
+  EXPECT_EQ(keys_for("", "x").lock, "{x}:lock");
+}
+
+TEST(lock_keys, share_one_cluster_slot) {
+  for (std::string_view name : {"nightly", "a", "db/backup:eu-1", "x:lock"}) {
+    auto keys = keys_for("fencerun:", name);
+    EXPECT_EQ(hash_tag(keys.lock), name);
+    EXPECT_EQ(hash_tag(keys.token), name);
+  }
+}
+
+TEST(lock_holder, parses_all_four_fields) {
+  Holder h = parse_holder("0123456789abcdef0123456789abcdef 41 12345 build-host");
+  EXPECT_EQ(h.owner, "0123456789abcdef0123456789abcdef");
+  EXPECT_EQ(h.token, 41u);
+  EXPECT_EQ(h.pid, 12345);
+  EXPECT_EQ(h.host, "build-host");
+}
+
+TEST(lock_holder, keeps_spaces_in_the_host_field) {
+  EXPECT_EQ(parse_holder("owner 1 2 my laptop").host, "my laptop");
+}
+
+TEST(lock_holder, parses_tokens_up_to_two_to_the_53) {
+  EXPECT_EQ(parse_holder("owner 9007199254740991 1 h").token, 9'007'199'254'740'991u);
+}
+
+TEST(lock_holder, leaves_missing_fields_empty) {
+  Holder h = parse_holder("owner");
+  EXPECT_EQ(h.owner, "owner");
+  EXPECT_EQ(h.token, std::nullopt);
+  EXPECT_EQ(h.pid, std::nullopt);
+  EXPECT_EQ(h.host, "");
+  Holder two = parse_holder("owner 7");
+  EXPECT_EQ(two.token, 7u);
+  EXPECT_EQ(two.pid, std::nullopt);
+}
+
+TEST(lock_holder, leaves_malformed_numbers_empty) {
+  Holder h = parse_holder("owner seven -3x host");
+  EXPECT_EQ(h.owner, "owner");
+  EXPECT_EQ(h.token, std::nullopt);
+  EXPECT_EQ(h.pid, std::nullopt);
+  EXPECT_EQ(h.host, "host");
+  EXPECT_EQ(parse_holder("owner -1").token, std::nullopt);
+  EXPECT_EQ(parse_holder("owner 99999999999999999999999").token, std::nullopt);
+}
+
+TEST(lock_holder, reads_a_value_set_by_something_else_as_the_owner) {
+  EXPECT_EQ(parse_holder("locked").owner, "locked");
+  Holder empty = parse_holder("");
+  EXPECT_EQ(empty.owner, "");
+  EXPECT_EQ(empty.token, std::nullopt);
+}
+
+TEST(delex, needs_redis_8_4) {
+  EXPECT_TRUE(server_has_delex(0x080400));
+  EXPECT_TRUE(server_has_delex(0x080401));
+  EXPECT_TRUE(server_has_delex(0x090000));
+  EXPECT_FALSE(server_has_delex(0x0803ff));
+  EXPECT_FALSE(server_has_delex(0x070000));
+  EXPECT_FALSE(server_has_delex(0));
+}
