@@ -43,14 +43,17 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (options.subcommand == config::Subcommand::version) {
-      std::printf("fencerun %s\nhiredis %d.%d.%d\nfeatures: tcp unix\n", FENCERUN_VERSION, HIREDIS_MAJOR,
+      std::printf("fencerun %s\nhiredis %d.%d.%d\nfeatures: tcp unix tls sentinel cluster\n", FENCERUN_VERSION, HIREDIS_MAJOR,
                   HIREDIS_MINOR, HIREDIS_PATCH);
       return 0;
     }
     auto config = config::make_config(options, get_env, supervisor::parse_signal);
     log::init(to_log_level(config.common.log_level),
               config.common.log_format == config::LogFormat::json ? log::Format::json : log::Format::text);
+    if (config.common.endpoint.tls.insecure)
+      log::event(log::Level::warn, "tls_insecure", "TLS certificate verification is disabled (--tls-insecure)");
     if (config.subcommand == config::Subcommand::status) return app::status(config);
+    if (config.subcommand == config::Subcommand::acl) return app::acl(config);
     return app::run(config);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "fencerun: %s (see fencerun --help)\n", e.what());

@@ -1,11 +1,18 @@
 #pragma once
 // The two things fencerun does: run a command under a lease, and report a lease's status. Each
 // returns the process exit code; usage errors were caught before (config::make_config).
+#include <string>
+
 #include "config/config.hpp"
 
 namespace fencerun::app {
 
 int run(const config::Config& config);
 int status(const config::Config& config);
+int acl(const config::Config& config);
+
+// The ACL rule `fencerun acl` prints: key and channel patterns for `key_prefix` and every command
+// fencerun sends or its scripts run.
+std::string acl_rule(const std::string& key_prefix, bool delex);
 
 }  // namespace fencerun::app

@@ -86,7 +86,8 @@ int run(const config::Config& c) {
   std::mt19937 rng(std::random_device{}());
   lease::Acquired acquired;
   for (int attempt = 0;; ++attempt) {
-    auto result = lease.try_acquire(owner, c.run.timing.ttl, ::getpid(), host, BootClock::now() + timeout);
+    auto result = lease.try_acquire(owner, c.run.timing.ttl, ::getpid(), host,
+                                    {c.run.min_replicas, c.run.replica_timeout}, BootClock::now() + timeout);
     if (!result) {
       log_unavailable(c, result.error());
       if (result.error().kind == redis::Error::Kind::timeout) {
@@ -139,6 +140,16 @@ int run(const config::Config& c) {
                  context);
     }
   };
+
+  if (c.run.min_replicas > 0 && acquired.replicas_acked.value_or(0) < c.run.min_replicas) {
+    log::event(log::Level::error, "replicas_missing",
+               "only " + std::to_string(acquired.replicas_acked.value_or(0)) + " of " +
+                   std::to_string(c.run.min_replicas) + " replicas confirmed the lock within " +
+                   config::format_duration(c.run.replica_timeout) + "; releasing it",
+               context);
+    release();
+    return exit_code::k_unavailable;
+  }
 
   // A signal that ends the wait may have arrived while the acquire request was in flight: honour it
   // before the command starts, holding nothing.

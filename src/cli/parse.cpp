@@ -17,6 +17,11 @@ void add_connection_options(CLI::App& app, config::Options& o) {
   app.add_flag_function("-v,--verbose", [&o](std::int64_t n) { o.verbosity += static_cast<int>(n); });
   app.add_flag_function("-q,--quiet", [&o](std::int64_t n) { o.verbosity -= static_cast<int>(n); });
   app.add_option("--log-format", o.log_format);
+  app.add_option("--tls-ca-file", o.tls_ca_file);
+  app.add_option("--tls-cert", o.tls_cert);
+  app.add_option("--tls-key", o.tls_key);
+  app.add_option("--tls-server-name", o.tls_server_name);
+  app.add_flag("--tls-insecure", o.tls_insecure);
 }
 
 void add_run_options(CLI::App& app, config::Options& o) {
@@ -29,6 +34,8 @@ void add_run_options(CLI::App& app, config::Options& o) {
   app.add_option("-E,--conflict-exit-code", o.conflict_exit_code);
   app.add_option("--lease-lost-exit-code", o.lease_lost_exit_code);
   app.add_flag("--shell", o.shell);
+  app.add_option("--min-replicas", o.min_replicas);
+  app.add_option("--replica-timeout", o.replica_timeout);
   app.add_option("NAME", o.lock_name);
 }
 
@@ -38,6 +45,8 @@ std::string help_text() {
   return R"(Usage: fencerun [OPTIONS] NAME -- COMMAND [ARG...]
        fencerun run [OPTIONS] NAME -- COMMAND [ARG...]
        fencerun status [OPTIONS] NAME [--json]
+       fencerun acl [--key-prefix STR] [--delex]
+       fencerun fence file|redis|sql ...      (resource-side guards, see fencerun(1))
        fencerun --version | --help
 
 Run COMMAND while holding the lease NAME in Redis, and give it a fencing token
@@ -47,7 +56,9 @@ command's whole process group is stopped before the lease expires.
 
 Options:
   -r, --redis URL              Redis to use: redis://[[user]:password@]host[:port][/db],
-                               unix:///path/to/redis.sock[?db=N]
+                               rediss://... (TLS), unix:///path/to/redis.sock[?db=N],
+                               redis+sentinel://host:port[,host:port...]/MASTER[?db=N];
+                               a Redis Cluster node works as redis://
                                (default: $FENCERUN_REDIS_URL, $REDIS_URL, redis://127.0.0.1:6379)
   -t, --ttl DUR                lease length (default: 30s)
       --renew DUR              renewal interval (default: ttl/3)
@@ -61,10 +72,19 @@ Options:
       --timeout DUR            bound on connecting and on each Redis request (default: 2s)
       --key-prefix STR         prefix of every key fencerun writes (default: fencerun:)
       --shell                  run COMMAND (one string) with /bin/sh -c
+      --min-replicas N         count the lock as acquired only once N replicas confirm it (WAIT);
+                               otherwise release it and exit 69 (default: 0)
+      --replica-timeout DUR    how long to wait for those replicas (default: 1s)
+      --tls-ca-file FILE       CA certificates to verify the server with (default: system store)
+      --tls-cert FILE          client certificate (mutual TLS)
+      --tls-key FILE           key of the client certificate (default: in --tls-cert)
+      --tls-server-name NAME   name to verify in the server certificate (default: the host)
+      --tls-insecure           do not verify the server certificate (warns)
   -v, --verbose                log lease events (repeat for debug)
   -q, --quiet                  log errors only
       --log-format FMT         text or json (default: text)
       --json                   status: print JSON
+      --delex                  acl: also allow DELEX (Redis 8.4 and later)
   -h, --help                   show this help and exit
       --version                show the version and exit
 
@@ -75,7 +95,8 @@ Exit status: the command's own status; 128+N if it was killed by signal N;
 126 command not executable; 127 command not found; 70 internal error.
 status: 0 held, 3 free, 69 unavailable.
 
-Password: from the URL, else $FENCERUN_REDIS_PASSWORD, else $REDISCLI_AUTH.
+Password: from the URL, else $FENCERUN_REDIS_PASSWORD, else $REDISCLI_AUTH;
+sentinels' own password: $FENCERUN_SENTINEL_PASSWORD.
 See fencerun(1) for details.
 )";
 }
@@ -119,6 +140,9 @@ config::Options parse(int argc, const char* const* argv) {
   add_connection_options(*status, o);
   status->add_flag("--json", o.json);
   status->add_option("NAME", o.lock_name);
+  CLI::App* acl = app.add_subcommand("acl");
+  acl->add_option("--key-prefix", o.key_prefix);
+  acl->add_flag("--delex", o.acl_delex);
   app.require_subcommand(0, 1);
 
   // CLI11 wants argv order reversed when given a vector.
@@ -128,7 +152,10 @@ config::Options parse(int argc, const char* const* argv) {
   } catch (const CLI::ParseError& e) {
     throw UsageError(e.what());
   }
-  if (status->parsed()) {
+  if (acl->parsed()) {
+    o.subcommand = config::Subcommand::acl;
+    if (saw_separator) throw UsageError("acl takes no COMMAND");
+  } else if (status->parsed()) {
     o.subcommand = config::Subcommand::status;
     if (saw_separator) throw UsageError("status takes no COMMAND");
   } else {

@@ -83,6 +83,17 @@ Config make_config(const Options& o, const GetEnv& getenv, const ParseSignal& pa
     if (!pw || pw->empty()) pw = getenv("REDISCLI_AUTH");
     if (pw && !pw->empty()) c.common.endpoint.password = *pw;
   }
+  if (c.common.endpoint.transport == RedisEndpoint::Transport::sentinel) {
+    auto pw = getenv("FENCERUN_SENTINEL_PASSWORD");
+    if (pw && !pw->empty()) c.common.endpoint.sentinel_password = *pw;
+  }
+  auto& tls = c.common.endpoint.tls;
+  tls.ca_file = o.tls_ca_file;
+  tls.cert_file = o.tls_cert;
+  tls.key_file = o.tls_key;
+  tls.server_name = o.tls_server_name;
+  tls.insecure = o.tls_insecure;
+  if (!tls.key_file.empty() && tls.cert_file.empty()) throw UsageError("--tls-key: needs --tls-cert as well");
   c.common.redacted_url = redacted_url(c.common.endpoint);
 
   c.common.timeout = duration_option("--timeout", o.timeout);
@@ -99,7 +110,9 @@ Config make_config(const Options& o, const GetEnv& getenv, const ParseSignal& pa
   else if (o.log_format == "json") c.common.log_format = LogFormat::json;
   else throw UsageError("--log-format: '" + o.log_format + "' is not one of text, json");
 
-  if (o.subcommand == Subcommand::version || o.subcommand == Subcommand::help) return c;
+  c.acl_delex = o.acl_delex;
+  if (o.subcommand == Subcommand::version || o.subcommand == Subcommand::help || o.subcommand == Subcommand::acl)
+    return c;
 
   if (o.lock_name.empty()) throw UsageError("missing lock NAME");
   if (auto ok = validate_lock_name(o.lock_name); !ok) throw UsageError(ok.error());
@@ -129,6 +142,14 @@ Config make_config(const Options& o, const GetEnv& getenv, const ParseSignal& pa
   }
   c.run.conflict_exit_code = exit_code_option("--conflict-exit-code", o.conflict_exit_code);
   c.run.lease_lost_exit_code = exit_code_option("--lease-lost-exit-code", o.lease_lost_exit_code);
+  if (o.min_replicas < 0) throw UsageError("--min-replicas: must not be negative");
+  c.run.min_replicas = o.min_replicas;
+  c.run.replica_timeout = duration_option("--replica-timeout", o.replica_timeout);
+  if (c.run.replica_timeout <= milliseconds::zero())
+    throw UsageError("--replica-timeout: must be positive, got " + o.replica_timeout);
+  if (c.run.min_replicas > 0 && c.run.replica_timeout * 2 >= c.run.timing.ttl)
+    throw UsageError("--replica-timeout: " + format_duration(c.run.replica_timeout) +
+                     " must be shorter than half of --ttl " + format_duration(c.run.timing.ttl));
 
   if (o.command.empty()) throw UsageError("missing COMMAND (usage: fencerun [OPTIONS] NAME -- COMMAND [ARG...])");
   if (o.shell) {

@@ -59,6 +59,8 @@ struct RunConfig {
   int conflict_exit_code = 75;
   int lease_lost_exit_code = 124;
   std::vector<std::string> command;  // with --shell: {"/bin/sh", "-c", COMMAND}
+  int min_replicas = 0;               // WAIT for this many replicas after acquiring
+  milliseconds replica_timeout{1000};
 };
 
 struct Config {
@@ -66,6 +68,7 @@ struct Config {
   CommonConfig common;
   RunConfig run;   // run and status (status uses run.lock)
   bool json = false;
+  bool acl_delex = false;
 };
 
 using GetEnv = std::function<std::optional<std::string>(const char*)>;

@@ -7,7 +7,7 @@
 
 namespace fencerun::config {
 
-enum class Subcommand { run, status, version, help };
+enum class Subcommand { run, status, acl, version, help };
 
 struct Options {
   Subcommand subcommand = Subcommand::run;
@@ -27,6 +27,19 @@ struct Options {
   int verbosity = 0;  // -v: +1, -q: -1
   std::string log_format = "text";
   bool json = false;  // status --json
+
+  // TLS (rediss://, rediss+sentinel://)
+  std::string tls_ca_file;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_server_name;
+  bool tls_insecure = false;
+
+  // replica acknowledgement of the acquisition
+  int min_replicas = 0;
+  std::string replica_timeout = "1s";
+
+  bool acl_delex = false;  // acl --delex
 
   std::string lock_name;
   std::vector<std::string> command;  // everything after `--`

@@ -50,7 +50,7 @@ std::expected<int, std::string> parse_db(std::string_view text) {
   int db = -1;
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), db);
   if (text.empty() || ec != std::errc{} || ptr != text.data() + text.size() || db < 0)
-    return std::unexpected("database '" + std::string(text) + "' is not a non-negative integer");
+    return std::unexpected("the database is not a non-negative integer");
   return db;
 }
 
@@ -67,9 +67,50 @@ std::expected<void, std::string> apply_query(std::string_view query, RedisEndpoi
       auto db = parse_db(value);
       if (!db) return std::unexpected(db.error());
       ep.db = *db;
+    } else if (key == "sentinel_user" && ep.transport == RedisEndpoint::Transport::sentinel) {
+      auto user = percent_decode(value);
+      if (!user) return std::unexpected("bad percent-encoding in sentinel_user");
+      ep.sentinel_user = *user;
     } else {
-      return std::unexpected("unknown URL parameter '" + std::string(key) + "'");
+      return std::unexpected("unknown URL parameter (only db" +
+                             std::string(ep.transport == RedisEndpoint::Transport::sentinel ? " and sentinel_user" : "") +
+                             " are known)");
     }
+  }
+  return {};
+}
+
+// host[:port] or [v6]:port; `port` keeps its value when the text has none.
+std::expected<void, std::string> parse_host_port(std::string_view authority, std::string& host, std::uint16_t& port) {
+  std::string_view h = authority;
+  std::string_view p;
+  bool has_port = false;
+  if (!authority.empty() && authority.front() == '[') {  // [IPv6]:port
+    auto close = authority.find(']');
+    if (close == std::string_view::npos) return std::unexpected("unterminated '[' in host");
+    h = authority.substr(1, close - 1);
+    std::string_view after = authority.substr(close + 1);
+    if (!after.empty()) {
+      if (after.front() != ':') return std::unexpected("unexpected text after ']' in host");
+      p = after.substr(1);
+      has_port = true;
+    }
+  } else {
+    auto colon = authority.rfind(':');
+    if (colon != std::string_view::npos) {
+      h = authority.substr(0, colon);
+      p = authority.substr(colon + 1);
+      has_port = true;
+    }
+  }
+  if (h.empty()) return std::unexpected("URL has no host");
+  host = std::string(h);
+  if (has_port) {
+    unsigned value = 0;
+    auto [ptr, ec] = std::from_chars(p.data(), p.data() + p.size(), value);
+    if (p.empty() || ec != std::errc{} || ptr != p.data() + p.size() || value == 0 || value > 65535)
+      return std::unexpected("the port is not a number from 1 to 65535");
+    port = static_cast<std::uint16_t>(value);
   }
   return {};
 }
@@ -101,8 +142,13 @@ std::expected<RedisEndpoint, std::string> parse_redis_url(std::string_view url) 
   }
   if (scheme == "redis") ep.transport = RedisEndpoint::Transport::tcp;
   else if (scheme == "rediss") ep.transport = RedisEndpoint::Transport::tls;
-  else return std::unexpected("unsupported URL scheme '" + std::string(scheme) +
-                              "' (expected redis://, rediss:// or unix://)");
+  else if (scheme == "redis+sentinel" || scheme == "rediss+sentinel") {
+    ep.transport = RedisEndpoint::Transport::sentinel;
+    ep.sentinel_tls = scheme == "rediss+sentinel";
+  } else {
+    return std::unexpected("unsupported URL scheme '" + std::string(scheme) +
+                           "' (expected redis://, rediss://, unix:// or redis+sentinel://)");
+  }
 
   // authority [/db] [?query]
   auto q = rest.find('?');
@@ -127,33 +173,31 @@ std::expected<RedisEndpoint, std::string> parse_redis_url(std::string_view url) 
     }
   }
 
-  std::string_view host = authority;
-  std::string_view port;
-  if (!authority.empty() && authority.front() == '[') {  // [IPv6]:port
-    auto close = authority.find(']');
-    if (close == std::string_view::npos) return std::unexpected("unterminated '[' in host");
-    host = authority.substr(1, close - 1);
-    std::string_view after = authority.substr(close + 1);
-    if (!after.empty()) {
-      if (after.front() != ':') return std::unexpected("unexpected text after ']' in host");
-      port = after.substr(1);
+  if (ep.transport == RedisEndpoint::Transport::sentinel) {
+    // host:port[,host:port...]/MASTER[?db=N]
+    while (true) {
+      auto comma = authority.find(',');
+      HostPort hp{"", 26379};
+      auto ok = parse_host_port(authority.substr(0, comma), hp.host, hp.port);
+      if (!ok) return std::unexpected(ok.error());
+      ep.sentinels.push_back(std::move(hp));
+      if (comma == std::string_view::npos) break;
+      authority.remove_prefix(comma + 1);
     }
-  } else {
-    auto colon = authority.rfind(':');
-    if (colon != std::string_view::npos) {
-      host = authority.substr(0, colon);
-      port = authority.substr(colon + 1);
+    auto name = percent_decode(db_part);
+    if (!name || name->empty() || name->find('/') != std::string::npos)
+      return std::unexpected("redis+sentinel:// URL needs the master name as its path (.../MASTER)");
+    ep.master_name = *name;
+    ep.host.clear();
+    ep.port = 0;
+    if (!query.empty()) {
+      auto ok = apply_query(query, ep);
+      if (!ok) return std::unexpected(ok.error());
     }
+    return ep;
   }
-  if (host.empty()) return std::unexpected("URL has no host");
-  ep.host = std::string(host);
-  if (!port.empty() || (authority.size() && authority.back() == ':')) {
-    unsigned value = 0;
-    auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
-    if (port.empty() || ec != std::errc{} || ptr != port.data() + port.size() || value == 0 || value > 65535)
-      return std::unexpected("port '" + std::string(port) + "' is not a number from 1 to 65535");
-    ep.port = static_cast<std::uint16_t>(value);
-  }
+
+  if (auto ok = parse_host_port(authority, ep.host, ep.port); !ok) return std::unexpected(ok.error());
   if (!db_part.empty()) {
     auto db = parse_db(db_part);
     if (!db) return std::unexpected(db.error());
@@ -173,11 +217,25 @@ std::string redacted_url(const RedisEndpoint& ep) {
     if (ep.db != 0) out += "?db=" + std::to_string(ep.db);
     return out;
   }
+  auto host_port = [](const std::string& host, std::uint16_t port) {
+    bool ipv6 = host.find(':') != std::string::npos;
+    return (ipv6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+  };
+  if (ep.transport == RedisEndpoint::Transport::sentinel) {
+    out = ep.sentinel_tls ? "rediss+sentinel://" : "redis+sentinel://";
+    if (!ep.user.empty()) out += percent_encode_user(ep.user) + "@";
+    for (std::size_t i = 0; i < ep.sentinels.size(); ++i)
+      out += (i ? "," : "") + host_port(ep.sentinels[i].host, ep.sentinels[i].port);
+    out += "/" + percent_encode_user(ep.master_name);
+    std::string query;
+    if (ep.db != 0) query += "db=" + std::to_string(ep.db);
+    if (!ep.sentinel_user.empty()) query += (query.empty() ? "" : "&") + ("sentinel_user=" + percent_encode_user(ep.sentinel_user));
+    if (!query.empty()) out += "?" + query;
+    return out;
+  }
   out = ep.transport == RedisEndpoint::Transport::tls ? "rediss://" : "redis://";
   if (!ep.user.empty()) out += percent_encode_user(ep.user) + "@";
-  bool ipv6 = ep.host.find(':') != std::string::npos;
-  out += ipv6 ? "[" + ep.host + "]" : ep.host;
-  out += ":" + std::to_string(ep.port);
+  out += host_port(ep.host, ep.port);
   if (ep.db != 0) out += "/" + std::to_string(ep.db);
   return out;
 }

@@ -24,30 +24,41 @@ std::optional<T> to_number(std::string_view s) {
 }
 
 // EVALSHA, then EVAL when the server does not have the script cached (first use after a restart or
-// SCRIPT FLUSH). `sent` is read just before the request that produced the reply was written.
-Result<Reply> run_script(redis::Client& client, const scripts::Source& script,
-                         std::span<const std::string_view> keys, std::span<const std::string_view> args,
-                         Deadline deadline, Deadline& sent) {
+// SCRIPT FLUSH). `followups` go out in the same write, after the script. `sent` is read just before the
+// request that produced the replies was written.
+Result<std::vector<Reply>> run_script(redis::Client& client, const scripts::Source& script,
+                                      std::span<const std::string_view> keys, std::span<const std::string_view> args,
+                                      std::span<const std::vector<std::string_view>> followups, Deadline deadline,
+                                      Deadline& sent) {
   if (auto ok = client.connect(deadline); !ok) return std::unexpected(ok.error());
   std::string numkeys = std::to_string(keys.size());
-  std::vector<std::string_view> argv;
+  std::vector<std::vector<std::string_view>> commands(1 + followups.size());
+  auto& argv = commands.front();
   argv.reserve(3 + keys.size() + args.size());
   argv.push_back("EVALSHA");
   argv.push_back(script.sha1);
   argv.push_back(numkeys);
   argv.insert(argv.end(), keys.begin(), keys.end());
   argv.insert(argv.end(), args.begin(), args.end());
+  std::copy(followups.begin(), followups.end(), commands.begin() + 1);
   sent = BootClock::now();
-  auto reply = client.command(argv, deadline);
-  if (reply && reply->error_is("NOSCRIPT")) {
+  auto replies = client.pipeline(commands, deadline);
+  if (replies && replies->front().error_is("NOSCRIPT")) {
     argv[0] = "EVAL";
     argv[1] = script.text;
     sent = BootClock::now();
-    reply = client.command(argv, deadline);
+    replies = client.pipeline(commands, deadline);
   }
-  if (reply && reply->is_error())
-    return std::unexpected(Error{Error::Kind::protocol, std::string(script.name) + " script failed: " + reply->str});
-  return reply;
+  if (replies && replies->front().is_error())
+    return std::unexpected(Error{Error::Kind::protocol, std::string(script.name) + " script failed: " + replies->front().str});
+  return replies;
+}
+
+Result<Reply> run_script(redis::Client& client, const scripts::Source& script, std::span<const std::string_view> keys,
+                         std::span<const std::string_view> args, Deadline deadline, Deadline& sent) {
+  auto replies = run_script(client, script, keys, args, {}, deadline, sent);
+  if (!replies) return std::unexpected(replies.error());
+  return std::move(replies->front());
 }
 
 }  // namespace
@@ -74,14 +85,20 @@ Holder parse_holder(std::string_view value) {
 }
 
 Result<AcquireResult> LeaseClient::try_acquire(std::string_view owner, std::chrono::milliseconds ttl, long pid,
-                                               std::string_view host, Deadline deadline) {
+                                               std::string_view host, const ReplicaAck& ack, Deadline deadline) {
   std::string ttl_ms = std::to_string(ttl.count());
   std::string pid_text = std::to_string(pid);
   std::string_view keys[] = {m_keys.lock, m_keys.token};
   std::string_view args[] = {owner, ttl_ms, pid_text, host};
+  std::string replicas = std::to_string(ack.replicas);
+  std::string wait_ms = std::to_string(ack.timeout.count());
+  std::vector<std::vector<std::string_view>> followups;
+  // WAIT goes out with the script: still one round trip. After a busy reply it returns at once.
+  if (ack.replicas > 0) followups.push_back({"WAIT", replicas, wait_ms});
   Deadline sent{};
-  auto reply = run_script(m_client, scripts::k_acquire, keys, args, deadline, sent);
-  if (!reply) return std::unexpected(reply.error());
+  auto replies = run_script(m_client, scripts::k_acquire, keys, args, followups, deadline + ack.timeout, sent);
+  if (!replies) return std::unexpected(replies.error());
+  const Reply* reply = &replies->front();
   const auto& e = reply->elements;
   if (!reply->is_array() || e.size() != 4 || e[0].type != Reply::Type::integer)
     return std::unexpected(protocol_error("unexpected reply to the acquire script"));
@@ -90,7 +107,13 @@ Result<AcquireResult> LeaseClient::try_acquire(std::string_view owner, std::chro
     auto token = e[1].as_integer();
     if (!token || *token <= 0 || !e[2].is_string())
       return std::unexpected(protocol_error("acquire script returned a malformed token"));
-    return Acquired{static_cast<std::uint64_t>(*token), e[2].str, sent, version};
+    Acquired acquired{static_cast<std::uint64_t>(*token), e[2].str, sent, version, std::nullopt};
+    if (ack.replicas > 0) {
+      const Reply& w = (*replies)[1];
+      if (w.is_error()) return std::unexpected(protocol_error("WAIT failed: " + w.str));
+      acquired.replicas_acked = w.as_integer().value_or(0);
+    }
+    return acquired;
   }
   Busy busy;
   if (auto pttl = e[1].as_integer(); pttl && *pttl >= 0) busy.remaining = std::chrono::milliseconds(*pttl);

@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 #include "redis/client.hpp"
 #include "util/clock.hpp"
@@ -34,6 +35,13 @@ struct Acquired {
   std::string value;       // the exact lock value, for renew and release
   Deadline sent{};         // read just before the successful request was written
   long server_version = 0; // e.g. 0x070000 for 7.0.0; 0 when unknown
+  std::optional<long long> replicas_acked;  // WAIT's answer, when replicas were asked for
+};
+
+// How many replicas must confirm an acquisition (WAIT), and for how long to wait for them.
+struct ReplicaAck {
+  int replicas = 0;
+  std::chrono::milliseconds timeout{0};
 };
 struct Busy {
   std::optional<std::chrono::milliseconds> remaining;  // nullopt: the holder's key has no expiry
@@ -56,9 +64,10 @@ class LeaseClient {
   const LockKeys& keys() const { return m_keys; }
   redis::Client& client() { return m_client; }
 
-  // One attempt: acquire with `ttl` and issue a token, or report the holder.
+  // One attempt: acquire with `ttl` and issue a token, or report the holder. With ack.replicas > 0 the
+  // reply also says how many replicas confirmed it (the request may take ack.timeout longer).
   redis::Result<AcquireResult> try_acquire(std::string_view owner, std::chrono::milliseconds ttl, long pid,
-                                           std::string_view host, Deadline deadline);
+                                           std::string_view host, const ReplicaAck& ack, Deadline deadline);
   // Owner-checked renewal; `sent` receives the time the successful request was written.
   redis::Result<RenewOutcome> renew(std::string_view value, std::chrono::milliseconds ttl, Deadline deadline,
                                     Deadline& sent);

@@ -4,10 +4,14 @@
 
 #include <hiredis/hiredis.h>
 
+#include <charconv>
+
 #include "redis/transport.hpp"
 
 namespace fencerun::redis {
 namespace {
+
+constexpr int k_max_redirects = 5;
 
 Reply convert(const redisReply* r) {
   Reply out;
@@ -42,9 +46,70 @@ void append_command(std::string& payload, std::span<const std::string_view> argv
   ::redisFreeCommand(cmd);
 }
 
+// "MOVED 3999 127.0.0.1:6381" / "ASK 3999 127.0.0.1:6381" -> the target node.
+std::optional<config::HostPort> redirect_target(const Reply& r) {
+  std::string_view s = r.str;
+  auto sp1 = s.find(' ');
+  if (sp1 == std::string_view::npos) return std::nullopt;
+  auto sp2 = s.find(' ', sp1 + 1);
+  if (sp2 == std::string_view::npos) return std::nullopt;
+  std::string_view addr = s.substr(sp2 + 1);
+  auto colon = addr.rfind(':');
+  if (colon == std::string_view::npos) return std::nullopt;
+  unsigned port = 0;
+  auto [ptr, ec] = std::from_chars(addr.data() + colon + 1, addr.data() + addr.size(), port);
+  if (ec != std::errc{} || port == 0 || port > 65535) return std::nullopt;
+  return config::HostPort{std::string(addr.substr(0, colon)), static_cast<std::uint16_t>(port)};
+}
+
+config::RedisEndpoint node_endpoint(const config::RedisEndpoint& base, const config::HostPort& at, bool tls) {
+  config::RedisEndpoint node = base;
+  node.transport = tls ? config::RedisEndpoint::Transport::tls : config::RedisEndpoint::Transport::tcp;
+  node.host = at.host;
+  node.port = at.port;
+  node.sentinels.clear();
+  return node;
+}
+
 }  // namespace
 
-void Client::ReaderDeleter::operator()(void* r) const { ::redisReaderFree(static_cast<redisReader*>(r)); }
+struct Client::Connection {
+  std::unique_ptr<Transport> transport;
+  struct ReaderDeleter {
+    void operator()(redisReader* r) const { ::redisReaderFree(r); }
+  };
+  std::unique_ptr<redisReader, ReaderDeleter> reader{::redisReaderCreate()};
+  std::string where;
+
+  // Writes `payload` and reads `count` replies. Any failure leaves the connection unusable.
+  Result<std::vector<Reply>> exchange(const std::string& payload, std::size_t count, Deadline deadline) {
+    if (auto ok = transport->write_all(payload.data(), payload.size(), deadline); !ok)
+      return std::unexpected(ok.error());
+    std::vector<Reply> out;
+    out.reserve(count);
+    char buf[16384];
+    while (out.size() < count) {
+      void* raw = nullptr;
+      if (::redisReaderGetReply(reader.get(), &raw) != REDIS_OK)
+        return std::unexpected(Error{Error::Kind::protocol, std::string("bad reply from server: ") + reader->errstr});
+      if (raw) {
+        auto* reply = static_cast<redisReply*>(raw);
+        out.push_back(convert(reply));
+        ::freeReplyObject(reply);
+        continue;
+      }
+      auto n = transport->read_some(buf, sizeof buf, deadline);
+      if (!n) return std::unexpected(n.error());
+      if (::redisReaderFeed(reader.get(), buf, *n) != REDIS_OK)
+        return std::unexpected(Error{Error::Kind::protocol, std::string("bad reply from server: ") + reader->errstr});
+    }
+    // A server that demands a password answers every command with NOAUTH: report it as such.
+    for (const Reply& r : out)
+      if (r.error_is("NOAUTH") || r.error_is("WRONGPASS"))
+        return std::unexpected(Error{Error::Kind::auth, "authentication required or refused: " + r.str});
+    return out;
+  }
+};
 
 Client::Client(config::RedisEndpoint endpoint) : m_endpoint(std::move(endpoint)) {}
 Client::~Client() = default;
@@ -52,100 +117,163 @@ Client::Client(Client&&) noexcept = default;
 Client& Client::operator=(Client&&) noexcept = default;
 
 void Client::disconnect() {
-  m_transport.reset();
-  m_reader.reset();
+  m_conn.reset();
+  // A sentinel-managed master may have moved: ask again on the next connect.
+  if (m_endpoint.transport == config::RedisEndpoint::Transport::sentinel) m_node.reset();
 }
 
-Result<void> Client::connect(Deadline deadline) {
-  if (m_transport) return {};
-  auto transport = open_transport(m_endpoint, deadline);
-  if (!transport) return std::unexpected(transport.error());
-  m_transport = std::move(*transport);
-  m_reader.reset(::redisReaderCreate());
-  if (!m_reader) throw std::bad_alloc();
+std::string Client::current_node() const { return m_conn ? m_conn->where : std::string(); }
 
-  // AUTH and SELECT go out in one write, only when configured.
+Result<std::unique_ptr<Client::Connection>> Client::open_node(const config::RedisEndpoint& node, bool check_master,
+                                                              Deadline deadline) {
+  auto transport = open_transport(node, deadline);
+  if (!transport) return std::unexpected(transport.error());
+  auto conn = std::make_unique<Connection>();
+  if (!conn->reader) throw std::bad_alloc();
+  conn->transport = std::move(*transport);
+  conn->where = node.transport == config::RedisEndpoint::Transport::unix_socket
+                    ? node.path
+                    : node.host + ":" + std::to_string(node.port);
+
+  // AUTH, SELECT and ROLE go out in one write, each only when needed.
   std::string payload;
   std::size_t replies = 0;
-  if (m_endpoint.password) {
-    if (m_endpoint.user.empty()) {
-      std::string_view argv[] = {"AUTH", *m_endpoint.password};
+  const bool auth = node.password.has_value();
+  if (auth) {
+    if (node.user.empty()) {
+      std::string_view argv[] = {"AUTH", *node.password};
       append_command(payload, argv);
     } else {
-      std::string_view argv[] = {"AUTH", m_endpoint.user, *m_endpoint.password};
+      std::string_view argv[] = {"AUTH", node.user, *node.password};
       append_command(payload, argv);
     }
     ++replies;
   }
-  std::string db = std::to_string(m_endpoint.db);
-  if (m_endpoint.db != 0) {
+  std::string db = std::to_string(node.db);
+  if (node.db != 0) {
     std::string_view argv[] = {"SELECT", db};
     append_command(payload, argv);
     ++replies;
   }
-  if (replies == 0) return {};
-  auto result = exchange(payload, replies, deadline);
-  if (!result) return std::unexpected(result.error());
-  for (std::size_t i = 0; i < result->size(); ++i) {
-    const Reply& r = (*result)[i];
-    if (r.is_error()) {
-      disconnect();
-      bool is_auth = m_endpoint.password && i == 0;
-      // The reply text never contains the password; it is safe to show.
-      return std::unexpected(Error{Error::Kind::auth, std::string(is_auth ? "authentication failed: " : "SELECT " + db + " failed: ") + r.str});
-    }
+  if (check_master) {
+    std::string_view argv[] = {"ROLE"};
+    append_command(payload, argv);
+    ++replies;
   }
+  if (replies == 0) return conn;
+  auto result = conn->exchange(payload, replies, deadline);
+  if (!result) return std::unexpected(result.error());
+  std::size_t i = 0;
+  if (auth && (*result)[i++].is_error())  // the reply text never contains the password
+    return std::unexpected(Error{Error::Kind::auth, "authentication failed at " + conn->where + ": " + (*result)[i - 1].str});
+  if (node.db != 0 && (*result)[i++].is_error())
+    return std::unexpected(Error{Error::Kind::auth, "SELECT " + db + " failed: " + (*result)[i - 1].str});
+  if (check_master) {
+    const Reply& role = (*result)[i++];
+    if (!role.is_array() || role.elements.empty() || role.elements[0].str != "master")
+      return std::unexpected(Error{Error::Kind::connection, conn->where + " is not a master (ROLE says " +
+                                                                (role.is_array() && !role.elements.empty()
+                                                                     ? role.elements[0].str
+                                                                     : to_display(role)) + ")"});
+  }
+  return conn;
+}
+
+Result<config::RedisEndpoint> Client::discover_master(Deadline deadline) {
+  Error last{Error::Kind::connection, "no sentinel answered"};
+  for (const auto& sentinel : m_endpoint.sentinels) {
+    config::RedisEndpoint s = node_endpoint(m_endpoint, sentinel, m_endpoint.sentinel_tls);
+    s.user = m_endpoint.sentinel_user;
+    s.password = m_endpoint.sentinel_password;
+    s.db = 0;
+    auto conn = open_node(s, false, deadline);
+    if (!conn) {
+      last = conn.error();
+      if (last.kind == Error::Kind::auth) return std::unexpected(last);
+      continue;
+    }
+    std::string payload;
+    std::string_view argv[] = {"SENTINEL", "get-master-addr-by-name", m_endpoint.master_name};
+    append_command(payload, argv);
+    auto reply = (*conn)->exchange(payload, 1, deadline);
+    if (!reply) {
+      last = reply.error();
+      continue;
+    }
+    const Reply& r = reply->front();
+    if (r.is_array() && r.elements.size() == 2) {
+      auto port = r.elements[1].as_integer();
+      if (port && *port > 0 && *port <= 65535)
+        return node_endpoint(m_endpoint, {r.elements[0].str, static_cast<std::uint16_t>(*port)}, m_endpoint.sentinel_tls);
+    }
+    last = Error{Error::Kind::connection, "sentinel " + (*conn)->where + " does not know master '" +
+                                              m_endpoint.master_name + "'" + (r.is_error() ? ": " + r.str : "")};
+  }
+  return std::unexpected(last);
+}
+
+Result<void> Client::connect(Deadline deadline) {
+  if (m_conn) return {};
+  const bool sentinel = m_endpoint.transport == config::RedisEndpoint::Transport::sentinel;
+  if (sentinel && !m_node) {
+    auto master = discover_master(deadline);
+    if (!master) return std::unexpected(master.error());
+    m_node = std::move(*master);
+  }
+  auto conn = open_node(m_node ? *m_node : m_endpoint, sentinel, deadline);
+  if (!conn) {
+    if (sentinel) m_node.reset();
+    return std::unexpected(conn.error());
+  }
+  m_conn = std::move(*conn);
   return {};
 }
 
-Result<std::vector<Reply>> Client::exchange(const std::string& payload, std::size_t replies, Deadline deadline) {
-  auto fail = [this](Error e) -> Result<std::vector<Reply>> {
-    disconnect();  // a late reply would desynchronise the stream: start afresh next time
-    return std::unexpected(std::move(e));
-  };
-  if (auto ok = m_transport->write_all(payload.data(), payload.size(), deadline); !ok) return fail(ok.error());
-  auto* reader = static_cast<redisReader*>(m_reader.get());
-  std::vector<Reply> out;
-  out.reserve(replies);
-  char buf[16384];
-  while (out.size() < replies) {
-    void* raw = nullptr;
-    if (::redisReaderGetReply(reader, &raw) != REDIS_OK)
-      return fail(Error{Error::Kind::protocol, std::string("bad reply from server: ") + reader->errstr});
-    if (raw) {
-      auto* reply = static_cast<redisReply*>(raw);
-      out.push_back(convert(reply));
-      ::freeReplyObject(reply);
+Result<std::vector<Reply>> Client::send(std::span<const std::vector<std::string_view>> commands, Deadline deadline) {
+  std::string payload;
+  for (const auto& c : commands) append_command(payload, c);
+  for (int redirects = 0;; ++redirects) {
+    if (auto ok = connect(deadline); !ok) return std::unexpected(ok.error());
+    auto replies = m_conn->exchange(payload, commands.size(), deadline);
+    if (!replies) {
+      disconnect();  // a late reply would desynchronise the stream: start afresh next time
+      return std::unexpected(replies.error());
+    }
+    const Reply& first = replies->front();
+    bool moved = first.error_is("MOVED"), ask = first.error_is("ASK");
+    if (!(moved || ask) || redirects >= k_max_redirects) return replies;
+    auto target = redirect_target(first);
+    if (!target) return replies;
+    bool tls = m_endpoint.transport == config::RedisEndpoint::Transport::tls;
+    if (moved) {
+      // The slot lives elsewhere for good: talk to that node from now on.
+      m_node = node_endpoint(m_endpoint, *target, tls);
+      m_conn.reset();
       continue;
     }
-    auto n = m_transport->read_some(buf, sizeof buf, deadline);
-    if (!n) return fail(n.error());
-    if (::redisReaderFeed(reader, buf, *n) != REDIS_OK)
-      return fail(Error{Error::Kind::protocol, std::string("bad reply from server: ") + reader->errstr});
+    // ASK: this request only, on the importing node, preceded by ASKING.
+    auto other = open_node(node_endpoint(m_endpoint, *target, tls), false, deadline);
+    if (!other) return std::unexpected(other.error());
+    std::string asking;
+    std::string_view asking_argv[] = {"ASKING"};
+    append_command(asking, asking_argv);
+    auto answer = (*other)->exchange(asking + payload, commands.size() + 1, deadline);
+    if (!answer) return std::unexpected(answer.error());
+    answer->erase(answer->begin());
+    return answer;
   }
-  // A server that demands a password answers every command with NOAUTH: report it as such.
-  for (const Reply& r : out) {
-    if (r.error_is("NOAUTH") || r.error_is("WRONGPASS"))
-      return fail(Error{Error::Kind::auth, "authentication required or refused: " + r.str});
-  }
-  return out;
 }
 
 Result<Reply> Client::command(std::span<const std::string_view> argv, Deadline deadline) {
-  if (auto ok = connect(deadline); !ok) return std::unexpected(ok.error());
-  std::string payload;
-  append_command(payload, argv);
-  auto replies = exchange(payload, 1, deadline);
+  std::vector<std::string_view> one(argv.begin(), argv.end());
+  auto replies = send(std::span<const std::vector<std::string_view>>(&one, 1), deadline);
   if (!replies) return std::unexpected(replies.error());
   return std::move(replies->front());
 }
 
 Result<std::vector<Reply>> Client::pipeline(std::span<const std::vector<std::string_view>> commands,
                                             Deadline deadline) {
-  if (auto ok = connect(deadline); !ok) return std::unexpected(ok.error());
-  std::string payload;
-  for (const auto& c : commands) append_command(payload, c);
-  return exchange(payload, commands.size(), deadline);
+  return send(commands, deadline);
 }
 
 }  // namespace fencerun::redis

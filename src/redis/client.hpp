@@ -1,8 +1,11 @@
 #pragma once
 // Client: the one funnel through which fencerun talks to Redis. It connects lazily, authenticates and
 // selects the database, and bounds every connect, write and read by a caller-given deadline (never an
-// infinite wait). After any failure the connection is closed and the next request reconnects.
+// infinite wait). After any failure the connection is closed and the next request reconnects, so a
+// redis+sentinel:// client asks the sentinels for the master again and follows a failover. Cluster
+// redirections (MOVED, ASK) are followed inside one request.
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -29,22 +32,29 @@ class Client {
   Result<Reply> command(std::initializer_list<std::string_view> argv, Deadline deadline) {
     return command(std::span<const std::string_view>(argv.begin(), argv.size()), deadline);
   }
-  // Sends several commands in one write and reads all replies (one round trip).
+  // Sends several commands in one write and reads all replies (one round trip). Commands must address
+  // keys of one hash slot (a redirection of the first command re-sends them all).
   Result<std::vector<Reply>> pipeline(std::span<const std::vector<std::string_view>> commands, Deadline deadline);
 
   // Connects now if not connected (handshake included).
   Result<void> connect(Deadline deadline);
-  bool connected() const { return static_cast<bool>(m_transport); }
+  bool connected() const { return m_conn != nullptr; }
   void disconnect();
   const config::RedisEndpoint& endpoint() const { return m_endpoint; }
+  // The node currently talked to (after sentinel discovery or a cluster redirection), as host:port.
+  std::string current_node() const;
+
+  struct Connection;
 
  private:
-  Result<std::vector<Reply>> exchange(const std::string& payload, std::size_t replies, Deadline deadline);
+  Result<std::unique_ptr<Connection>> open_node(const config::RedisEndpoint& node, bool check_master,
+                                                Deadline deadline);
+  Result<config::RedisEndpoint> discover_master(Deadline deadline);
+  Result<std::vector<Reply>> send(std::span<const std::vector<std::string_view>> commands, Deadline deadline);
 
   config::RedisEndpoint m_endpoint;
-  std::unique_ptr<Transport> m_transport;
-  struct ReaderDeleter { void operator()(void* r) const; };
-  std::unique_ptr<void, ReaderDeleter> m_reader;
+  std::optional<config::RedisEndpoint> m_node;  // where to connect instead (sentinel result, MOVED)
+  std::unique_ptr<Connection> m_conn;
 };
 
 }  // namespace fencerun::redis

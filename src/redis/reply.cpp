@@ -26,6 +26,8 @@ std::string to_display(const Reply& r, int indent) {
         else if (c == '\n') out += "\\n";
         else if (c == '\r') out += "\\r";
         else if (c == '\t') out += "\\t";
+        else if (c == '\a') out += "\\a";
+        else if (c == '\b') out += "\\b";
         else if (c < 0x20 || c >= 0x7f) {
           static constexpr char k_hex[] = "0123456789abcdef";
           out += "\\x"; out += k_hex[c >> 4]; out += k_hex[c & 0xf];

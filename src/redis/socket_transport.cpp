@@ -25,6 +25,8 @@ Error errno_error(const std::string& what, int err) {
   return Error{Error::Kind::connection, what + ": " + std::strerror(err)};
 }
 
+}  // namespace
+
 // Waits until `fd` is ready for `events` or the deadline passes. EINTR is retried: signals are
 // handled through signalfd elsewhere and never need to interrupt a request.
 Result<void> wait_for(int fd, short events, Deadline deadline, const char* what) {
@@ -44,6 +46,8 @@ Result<void> wait_for(int fd, short events, Deadline deadline, const char* what)
     return {};
   }
 }
+
+namespace {
 
 class SocketTransport final : public Transport {
  public:
@@ -151,6 +155,9 @@ Result<UniqueFd> connect_socket(const config::RedisEndpoint& ep, Deadline deadli
   return std::unexpected(last);
 }
 
+Result<std::unique_ptr<Transport>> open_tls_transport(UniqueFd fd, const std::string& host,
+                                                      const config::TlsSettings& tls, Deadline deadline);
+
 Result<std::unique_ptr<Transport>> open_socket_transport(const config::RedisEndpoint& ep, Deadline deadline) {
   auto fd = connect_socket(ep, deadline);
   if (!fd) return std::unexpected(fd.error());
@@ -158,9 +165,10 @@ Result<std::unique_ptr<Transport>> open_socket_transport(const config::RedisEndp
 }
 
 Result<std::unique_ptr<Transport>> open_transport(const config::RedisEndpoint& ep, Deadline deadline) {
-  if (ep.transport == config::RedisEndpoint::Transport::tls)
-    return std::unexpected(Error{Error::Kind::connection, "rediss:// (TLS) is not supported by this build"});
-  return open_socket_transport(ep, deadline);
+  if (ep.transport != config::RedisEndpoint::Transport::tls) return open_socket_transport(ep, deadline);
+  auto fd = connect_socket(ep, deadline);
+  if (!fd) return std::unexpected(fd.error());
+  return open_tls_transport(std::move(*fd), ep.host, ep.tls, deadline);
 }
 
 }  // namespace fencerun::redis

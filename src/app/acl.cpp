@@ -1,0 +1,40 @@
+// `fencerun acl`: the least-privilege ACL rule for fencerun's keys and commands. Redis checks the
+// commands a script runs as well, so those are listed too.
+#include <cstdio>
+#include <string>
+
+#include "app/app.hpp"
+
+namespace fencerun::app {
+namespace {
+
+// Glob characters in the prefix must match literally in the key pattern.
+std::string glob_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '*' || c == '?' || c == '[' || c == ']' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string acl_rule(const std::string& key_prefix, bool delex) {
+  std::string p = glob_escape(key_prefix);
+  std::string rule = "resetkeys ~" + p + "* resetchannels &" + p + "* -@all";
+  // Sent by fencerun itself: scripts, the status query, connection set-up, Sentinel/Cluster, WAIT.
+  rule += " +evalsha +eval +get +pttl +select +role +asking +wait";
+  // Run inside the acquire, renew and release scripts.
+  rule += " +set +time +pexpire +del";
+  if (delex) rule += " +delex";
+  return rule;
+}
+
+int acl(const config::Config& c) {
+  std::string rule = acl_rule(c.common.key_prefix, c.acl_delex) + "\n";
+  std::fwrite(rule.data(), 1, rule.size(), stdout);
+  return 0;
+}
+
+}  // namespace fencerun::app

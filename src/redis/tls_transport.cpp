@@ -1,0 +1,165 @@
+// TLS over a connected non-blocking socket, with OpenSSL. Certificate and host-name verification are
+// on unless TlsSettings::insecure; every handshake, read and write is bounded by the caller's deadline.
+#include <arpa/inet.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#include <poll.h>
+#include <signal.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+
+#include "redis/transport.hpp"
+#include "util/fd.hpp"
+
+namespace fencerun::redis {
+
+Result<void> wait_for(int fd, short events, Deadline deadline, const char* what);
+
+namespace {
+
+struct CtxDeleter {
+  void operator()(SSL_CTX* c) const { ::SSL_CTX_free(c); }
+};
+struct SslDeleter {
+  void operator()(SSL* s) const { ::SSL_free(s); }
+};
+
+std::string openssl_error(const std::string& what) {
+  unsigned long code = ::ERR_get_error();
+  ::ERR_clear_error();
+  if (code == 0) return what;
+  char buf[256];
+  ::ERR_error_string_n(code, buf, sizeof buf);
+  return what + ": " + buf;
+}
+
+bool is_ip_address(const std::string& host) {
+  unsigned char buf[sizeof(in6_addr)];
+  return ::inet_pton(AF_INET, host.c_str(), buf) == 1 || ::inet_pton(AF_INET6, host.c_str(), buf) == 1;
+}
+
+// OpenSSL writes to the socket with write(2): keep a SIGPIPE from a closed peer away from the process.
+class SigpipeGuard {
+ public:
+  SigpipeGuard() {
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    ::pthread_sigmask(SIG_BLOCK, &pipe, &m_old);
+  }
+  ~SigpipeGuard() {
+    if (!sigismember(&m_old, SIGPIPE)) {
+      sigset_t pipe;
+      sigemptyset(&pipe);
+      sigaddset(&pipe, SIGPIPE);
+      timespec zero{};
+      while (::sigtimedwait(&pipe, nullptr, &zero) > 0) {
+      }
+      ::pthread_sigmask(SIG_SETMASK, &m_old, nullptr);
+    }
+  }
+
+ private:
+  sigset_t m_old{};
+};
+
+class TlsTransport final : public Transport {
+ public:
+  TlsTransport(UniqueFd fd, std::unique_ptr<SSL_CTX, CtxDeleter> ctx, std::unique_ptr<SSL, SslDeleter> ssl)
+      : m_fd(std::move(fd)), m_ctx(std::move(ctx)), m_ssl(std::move(ssl)) {}
+
+  Result<void> write_all(const char* data, std::size_t size, Deadline deadline) override {
+    SigpipeGuard guard;
+    while (size > 0) {
+      int n = ::SSL_write(m_ssl.get(), data, static_cast<int>(size));
+      if (n > 0) {
+        data += n;
+        size -= static_cast<std::size_t>(n);
+        continue;
+      }
+      if (auto ok = wait_after(n, deadline, "TLS write"); !ok) return ok;
+    }
+    return {};
+  }
+
+  Result<std::size_t> read_some(char* data, std::size_t capacity, Deadline deadline) override {
+    SigpipeGuard guard;
+    for (;;) {
+      int n = ::SSL_read(m_ssl.get(), data, static_cast<int>(capacity));
+      if (n > 0) return static_cast<std::size_t>(n);
+      if (auto ok = wait_after(n, deadline, "TLS read"); !ok) return std::unexpected(ok.error());
+    }
+  }
+
+  // After an SSL call returned `rc`: wait for what it needs, or report why it failed.
+  Result<void> wait_after(int rc, Deadline deadline, const char* what) {
+    int err = ::SSL_get_error(m_ssl.get(), rc);
+    if (err == SSL_ERROR_WANT_READ) return wait_for(m_fd.get(), POLLIN, deadline, what);
+    if (err == SSL_ERROR_WANT_WRITE) return wait_for(m_fd.get(), POLLOUT, deadline, what);
+    if (err == SSL_ERROR_ZERO_RETURN) return std::unexpected(Error{Error::Kind::connection, "TLS connection closed by server"});
+    if (err == SSL_ERROR_SYSCALL && errno != 0)
+      return std::unexpected(Error{Error::Kind::connection, std::string(what) + ": " + std::strerror(errno)});
+    return std::unexpected(Error{Error::Kind::connection, openssl_error(what)});
+  }
+
+  SSL* ssl() { return m_ssl.get(); }
+
+ private:
+  UniqueFd m_fd;
+  std::unique_ptr<SSL_CTX, CtxDeleter> m_ctx;
+  std::unique_ptr<SSL, SslDeleter> m_ssl;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Transport>> open_tls_transport(UniqueFd fd, const std::string& host,
+                                                      const config::TlsSettings& tls, Deadline deadline) {
+  auto fail = [](std::string message) -> Result<std::unique_ptr<Transport>> {
+    return std::unexpected(Error{Error::Kind::connection, std::move(message)});
+  };
+  std::unique_ptr<SSL_CTX, CtxDeleter> ctx(::SSL_CTX_new(TLS_client_method()));
+  if (!ctx) return fail(openssl_error("TLS setup failed"));
+  ::SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
+  if (!tls.insecure) {
+    ::SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, nullptr);
+    int ok = tls.ca_file.empty() ? ::SSL_CTX_set_default_verify_paths(ctx.get())
+                                 : ::SSL_CTX_load_verify_locations(ctx.get(), tls.ca_file.c_str(), nullptr);
+    if (ok != 1) return fail(openssl_error("cannot load CA certificates" + (tls.ca_file.empty() ? "" : " from " + tls.ca_file)));
+  } else {
+    ::SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_NONE, nullptr);
+  }
+  if (!tls.cert_file.empty()) {
+    if (::SSL_CTX_use_certificate_chain_file(ctx.get(), tls.cert_file.c_str()) != 1)
+      return fail(openssl_error("cannot load client certificate " + tls.cert_file));
+    const std::string& key = tls.key_file.empty() ? tls.cert_file : tls.key_file;
+    if (::SSL_CTX_use_PrivateKey_file(ctx.get(), key.c_str(), SSL_FILETYPE_PEM) != 1)
+      return fail(openssl_error("cannot load client key " + key));
+  }
+  std::unique_ptr<SSL, SslDeleter> ssl(::SSL_new(ctx.get()));
+  if (!ssl) return fail(openssl_error("TLS setup failed"));
+  ::SSL_set_fd(ssl.get(), fd.get());
+  const std::string& name = tls.server_name.empty() ? host : tls.server_name;
+  if (!is_ip_address(name)) ::SSL_set_tlsext_host_name(ssl.get(), name.c_str());
+  if (!tls.insecure) {
+    X509_VERIFY_PARAM* param = ::SSL_get0_param(ssl.get());
+    int ok = is_ip_address(name) ? ::X509_VERIFY_PARAM_set1_ip_asc(param, name.c_str())
+                                 : ::X509_VERIFY_PARAM_set1_host(param, name.c_str(), 0);
+    if (ok != 1) return fail("cannot verify TLS server name '" + name + "'");
+  }
+  auto transport = std::make_unique<TlsTransport>(std::move(fd), std::move(ctx), std::move(ssl));
+  for (;;) {
+    int rc = ::SSL_connect(transport->ssl());
+    if (rc == 1) break;
+    long verify = ::SSL_get_verify_result(transport->ssl());
+    if (verify != X509_V_OK)
+      return fail("TLS certificate of " + name + " rejected: " + ::X509_verify_cert_error_string(verify));
+    auto ok = transport->wait_after(rc, deadline, "TLS handshake");
+    if (!ok) return std::unexpected(ok.error());
+  }
+  return std::unique_ptr<Transport>(std::move(transport));
+}
+
+}  // namespace fencerun::redis
