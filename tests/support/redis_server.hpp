@@ -1,0 +1,94 @@
+#pragma once
+// A real redis-server owned by the test: its own port (below 32768), unix socket and temp dir,
+// no persistence, killed by pid. A tiny synchronous client (hiredis) checks server state.
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "support/process.hpp"
+#include "support/util.hpp"
+
+namespace fencerun::test {
+
+struct Reply {
+  enum class Type { None, Nil, Status, Error, Integer, String, Array };
+  Type type = Type::None;  // None: no reply (connect failed, timed out, I/O error); `str` says why
+  std::string str;
+  long long integer = 0;
+  std::vector<Reply> elements;
+
+  bool ok() const { return type != Type::None && type != Type::Error; }
+  bool is_nil() const { return type == Type::Nil; }
+  std::string describe() const;
+};
+
+struct RedisOptions {
+  std::optional<std::string> password;  // --requirepass
+  std::vector<std::string> extra_args;
+};
+
+class RedisServer {
+ public:
+  explicit RedisServer(RedisOptions opts = {});
+  ~RedisServer();
+  RedisServer(const RedisServer&) = delete;
+  RedisServer& operator=(const RedisServer&) = delete;
+
+  int port() const { return port_; }
+  pid_t pid() const;
+  const std::filesystem::path& dir() const { return dir_->path(); }
+  std::string socket_path() const;
+  std::string url() const;                // redis://127.0.0.1:PORT (no credentials)
+  std::string url_with_password() const;  // redis://:PASSWORD@127.0.0.1:PORT
+  std::string unix_url() const;           // unix:///DIR/redis.sock
+  const std::optional<std::string>& password() const { return opts_.password; }
+
+  void freeze();  // SIGSTOP; returns once /proc shows the process stopped
+  void thaw();    // SIGCONT
+  bool frozen() const { return frozen_; }
+  void stop();     // SIGKILL and reap: all data is gone (no persistence)
+  void start();    // on the same port and socket; waits for PING
+  void restart();  // stop() + start()
+  bool running() const { return proc_ != nullptr; }
+
+  // One command on a fresh connection, AUTH first when a password is set.
+  Reply cmd(const std::vector<std::string>& args,
+            std::chrono::milliseconds timeout = std::chrono::milliseconds(2000)) const;
+  std::optional<std::string> get(const std::string& key) const;  // nullopt: missing key
+  bool exists(const std::string& key) const;
+  long long pttl(const std::string& key) const;  // -2 missing, -1 no expiry
+  long long dbsize() const;
+  std::vector<std::string> keys() const;  // KEYS *
+  long long time_us() const;              // TIME as microseconds
+  std::string log() const;                // the server's log file
+
+ private:
+  bool try_start_once(std::string* why);
+  bool ping_until_ready(std::string* why);
+
+  RedisOptions opts_;
+  std::unique_ptr<TempDir> dir_;
+  std::unique_ptr<Process> proc_;
+  int port_ = 0;
+  bool frozen_ = false;
+};
+
+std::string lock_key(std::string_view name, std::string_view prefix = "fencerun:");
+std::string token_key(std::string_view name, std::string_view prefix = "fencerun:");
+
+// The lock value "<owner> <token> <pid> <host>", parsed; nullopt when it does not have 4 fields.
+struct LockValue {
+  std::string owner;
+  long long token = 0;
+  long long pid = 0;
+  std::string host;
+};
+std::optional<LockValue> parse_lock_value(std::string_view v);
+
+}  // namespace fencerun::test
