@@ -24,9 +24,9 @@ std::string acl_rule(const std::string& key_prefix, bool delex) {
   std::string p = glob_escape(key_prefix);
   std::string rule = "resetkeys ~" + p + "* resetchannels &" + p + "* -@all";
   // Sent by fencerun itself: scripts, the status query, connection set-up, Sentinel/Cluster, WAIT.
-  rule += " +evalsha +eval +get +pttl +select +role +asking +wait";
-  // Run inside the acquire, renew and release scripts.
-  rule += " +set +time +pexpire +del";
+  rule += " +evalsha +eval +get +pttl +select +role +asking +wait +subscribe +publish";
+  // Run inside the acquire, renew, release and leave scripts (the fair queue included).
+  rule += " +set +time +pexpire +del +zadd +zscore +zrange +zrem +incr";
   if (delex) rule += " +delex";
   return rule;
 }

@@ -54,13 +54,25 @@ std::vector<std::string> child_environment(const config::Config& c, const lease:
   return env;
 }
 
-// How long to sleep before trying a busy lock again: backing off from 10ms to 500ms with jitter, never
-// past the holder's remaining TTL (it may expire then).
-milliseconds next_wait(int attempt, std::optional<milliseconds> holder_left, std::mt19937& rng) {
-  milliseconds base = std::min(milliseconds(10) * (1 << std::min(attempt, 6)), milliseconds(500));
-  std::uniform_int_distribution<long> jitter(base.count() * 3 / 4, base.count() * 5 / 4);
-  milliseconds pause(jitter(rng));
-  if (holder_left) pause = std::min(pause, *holder_left + milliseconds(1));
+// Fair waiters try again within this long to keep their place (it expires after it).
+constexpr milliseconds k_fair_liveness{3000};
+
+// How long to sleep before trying a busy lock again. Subscribed waiters are woken by a release, so
+// they only need to look again when the holder's TTL runs out (it may have died), capped so a missed
+// message or a key without expiry costs at most a short delay. Without a subscription: back off from
+// 10ms to 500ms with jitter, again never past the holder's remaining TTL.
+milliseconds next_wait(int attempt, const lease::Busy& busy, bool subscribed, bool fair, std::mt19937& rng) {
+  milliseconds pause;
+  if (subscribed) {
+    pause = milliseconds(2000);
+  } else {
+    milliseconds base = std::min(milliseconds(10) * (1 << std::min(attempt, 6)), milliseconds(500));
+    std::uniform_int_distribution<long> jitter(base.count() * 3 / 4, base.count() * 5 / 4);
+    pause = milliseconds(jitter(rng));
+  }
+  if (fair) pause = std::min(pause, k_fair_liveness / 3);
+  if (busy.remaining) pause = std::min(pause, *busy.remaining + milliseconds(1));
+  if (busy.turn_expires) pause = std::min(pause, *busy.turn_expires);
   return std::max(pause, milliseconds(1));
 }
 
@@ -80,14 +92,22 @@ int run(const config::Config& c) {
   const std::string host = host_name();
   const auto timeout = c.common.timeout;
 
-  // Acquire, or wait for the lock.
+  // Acquire, or wait for the lock. A waiter subscribes to the lock's release channel after its first
+  // busy answer and then tries once more at once, so no release can slip between a try and the wait;
+  // a release then wakes it immediately, and a holder that died is noticed at its remaining TTL.
   std::optional<Deadline> wait_until;
   if (c.run.wait) wait_until = BootClock::now() + *c.run.wait;
+  const lease::Fairness fairness{c.run.fair, k_fair_liveness};
   std::mt19937 rng(std::random_device{}());
+  std::optional<redis::Client> subscriber;
+  bool subscribe_tried = false;
+  auto leave_queue = [&] {
+    if (c.run.fair) [[maybe_unused]] auto left = lease.leave_queue(owner, BootClock::now() + timeout);
+  };
   lease::Acquired acquired;
   for (int attempt = 0;; ++attempt) {
     auto result = lease.try_acquire(owner, c.run.timing.ttl, ::getpid(), host,
-                                    {c.run.min_replicas, c.run.replica_timeout}, BootClock::now() + timeout);
+                                    {c.run.min_replicas, c.run.replica_timeout}, fairness, BootClock::now() + timeout);
     if (!result) {
       log_unavailable(c, result.error());
       if (result.error().kind == redis::Error::Kind::timeout) {
@@ -108,18 +128,37 @@ int run(const config::Config& c) {
       log::event(log::Level::info, "busy", c.run.wait->count() == 0 ? "lock is busy" : "lock is still busy: wait ran out",
                  {{"lock", c.run.lock}, {"holder", holder},
                   {"ttl", busy.remaining ? config::format_duration(*busy.remaining) : "none"}});
+      leave_queue();
       return c.run.conflict_exit_code;
     }
-    if (attempt == 0)
+    if (!subscribe_tried) {
+      subscribe_tried = true;
       log::event(log::Level::info, "waiting", "lock is busy, waiting", {{"lock", c.run.lock}});
-    Deadline wake = now + next_wait(attempt, busy.remaining, rng);
+      subscriber.emplace(c.common.endpoint);
+      if (auto ok = subscriber->subscribe(lease.keys().released, BootClock::now() + timeout); !ok) {
+        log::event(log::Level::debug, "subscribe_failed", "cannot subscribe to release events, polling instead: " +
+                                                              ok.error().message, {{"lock", c.run.lock}});
+        subscriber.reset();
+      }
+      continue;  // try again now: a release may have come before the subscription
+    }
+    Deadline wake = now + next_wait(attempt, busy, subscriber.has_value(), c.run.fair, rng);
     if (wait_until) wake = std::min(wake, *wait_until);
-    if (auto sig = signals.wait_for_terminating(wake)) {
-      log::event(log::Level::info, "interrupted", "stopped waiting for the lock",
-                 {{"lock", c.run.lock}, {"signal", supervisor::signal_name(*sig)}});
-      return exit_code_for_signal(*sig);
+    bool woken = false;
+    int fd = subscriber ? subscriber->wake_fd() : -1;
+    if (!(subscriber && subscriber->has_buffered_messages())) {
+      if (auto sig = signals.wait_for_terminating(wake, fd, woken)) {
+        log::event(log::Level::info, "interrupted", "stopped waiting for the lock",
+                   {{"lock", c.run.lock}, {"signal", supervisor::signal_name(*sig)}});
+        leave_queue();
+        return exit_code_for_signal(*sig);
+      }
+    }
+    if (subscriber && (woken || subscriber->has_buffered_messages())) {
+      if (auto n = subscriber->drain_messages(); !n) subscriber.reset();  // fall back to polling
     }
   }
+  subscriber.reset();
 
   const std::string token = std::to_string(acquired.token);
   const log::Context context{c.run.lock, token};

@@ -31,6 +31,7 @@ void add_run_options(CLI::App& app, config::Options& o) {
   app.add_option("--grace", o.grace);
   app.add_option("--kill-signal", o.kill_signal);
   app.add_option("-w,--wait", o.wait);
+  app.add_flag("--fair", o.fair);
   app.add_option("-E,--conflict-exit-code", o.conflict_exit_code);
   app.add_option("--lease-lost-exit-code", o.lease_lost_exit_code);
   app.add_flag("--shell", o.shell);
@@ -66,6 +67,7 @@ Options:
       --kill-signal SIG        first signal sent to the command's process group when the lease
                                is lost or runs short (default: TERM)
   -w, --wait DUR               wait this long for a busy lock; 'inf' waits forever (default: 0)
+      --fair                   waiters acquire in the order they began waiting
   -E, --conflict-exit-code N   exit code when the lock is busy or the wait ran out (default: 75)
       --lease-lost-exit-code N exit code when the lease was lost and the command was stopped
                                (default: 124)

@@ -140,6 +140,7 @@ Config make_config(const Options& o, const GetEnv& getenv, const ParseSignal& pa
     if (w < milliseconds::zero()) throw UsageError("--wait: must not be negative, got " + o.wait);
     c.run.wait = w;
   }
+  c.run.fair = o.fair;
   c.run.conflict_exit_code = exit_code_option("--conflict-exit-code", o.conflict_exit_code);
   c.run.lease_lost_exit_code = exit_code_option("--lease-lost-exit-code", o.lease_lost_exit_code);
   if (o.min_replicas < 0) throw UsageError("--min-replicas: must not be negative");

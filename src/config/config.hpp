@@ -56,6 +56,7 @@ struct RunConfig {
   LeaseTiming timing;
   int kill_signal = 15;
   std::optional<milliseconds> wait;  // nullopt: wait forever ("inf")
+  bool fair = false;                 // waiters acquire in the order they began waiting
   int conflict_exit_code = 75;
   int lease_lost_exit_code = 124;
   std::vector<std::string> command;  // with --shell: {"/bin/sh", "-c", COMMAND}

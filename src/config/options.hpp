@@ -19,6 +19,7 @@ struct Options {
   std::optional<std::string> grace;
   std::string kill_signal = "TERM";
   std::string wait = "0";
+  bool fair = false;
   int conflict_exit_code = 75;
   int lease_lost_exit_code = 124;
   std::string timeout = "2s";

@@ -65,7 +65,7 @@ Result<Reply> run_script(redis::Client& client, const scripts::Source& script, s
 
 LockKeys keys_for(std::string_view prefix, std::string_view name) {
   std::string base = std::string(prefix) + "{" + std::string(name) + "}:";
-  return LockKeys{base + "lock", base + "token"};
+  return LockKeys{base + "lock", base + "token", base + "queue", base + "alive", base + "tickets", base + "released"};
 }
 
 Holder parse_holder(std::string_view value) {
@@ -85,11 +85,13 @@ Holder parse_holder(std::string_view value) {
 }
 
 Result<AcquireResult> LeaseClient::try_acquire(std::string_view owner, std::chrono::milliseconds ttl, long pid,
-                                               std::string_view host, const ReplicaAck& ack, Deadline deadline) {
+                                               std::string_view host, const ReplicaAck& ack, const Fairness& fair,
+                                               Deadline deadline) {
   std::string ttl_ms = std::to_string(ttl.count());
   std::string pid_text = std::to_string(pid);
-  std::string_view keys[] = {m_keys.lock, m_keys.token};
-  std::string_view args[] = {owner, ttl_ms, pid_text, host};
+  std::string live_ms = std::to_string(fair.liveness.count());
+  std::string_view keys[] = {m_keys.lock, m_keys.token, m_keys.queue, m_keys.alive, m_keys.tickets};
+  std::string_view args[] = {owner, ttl_ms, pid_text, host, fair.enabled ? "1" : "0", live_ms};
   std::string replicas = std::to_string(ack.replicas);
   std::string wait_ms = std::to_string(ack.timeout.count());
   std::vector<std::vector<std::string_view>> followups;
@@ -100,7 +102,7 @@ Result<AcquireResult> LeaseClient::try_acquire(std::string_view owner, std::chro
   if (!replies) return std::unexpected(replies.error());
   const Reply* reply = &replies->front();
   const auto& e = reply->elements;
-  if (!reply->is_array() || e.size() != 4 || e[0].type != Reply::Type::integer)
+  if (!reply->is_array() || e.size() < 4 || e[0].type != Reply::Type::integer)
     return std::unexpected(protocol_error("unexpected reply to the acquire script"));
   long version = static_cast<long>(e[3].as_integer().value_or(0));
   if (e[0].integer == 1) {
@@ -117,8 +119,9 @@ Result<AcquireResult> LeaseClient::try_acquire(std::string_view owner, std::chro
   }
   Busy busy;
   if (auto pttl = e[1].as_integer(); pttl && *pttl >= 0) busy.remaining = std::chrono::milliseconds(*pttl);
-  else if (pttl && *pttl == -2) busy.remaining = std::chrono::milliseconds(0);  // expired in between
   if (e[2].is_string()) busy.holder = parse_holder(e[2].str);
+  if (e.size() >= 5)
+    if (auto turn = e[4].as_integer(); turn && *turn > 0) busy.turn_expires = std::chrono::milliseconds(*turn);
   return busy;
 }
 
@@ -138,20 +141,33 @@ Result<RenewOutcome> LeaseClient::renew(std::string_view value, std::chrono::mil
 Result<bool> LeaseClient::release(std::string_view owner, std::optional<std::string_view> value, bool try_delex,
                                   Deadline deadline) {
   if (value && try_delex && !m_delex_unsupported) {
-    auto reply = m_client.command({"DELEX", m_keys.lock, "IFEQ", *value}, deadline);
-    if (!reply) return std::unexpected(reply.error());
-    if (auto n = reply->as_integer(); n && !reply->is_error()) return *n == 1;
+    // The PUBLISH rides along in the same write; a wake-up without a release only costs a retry.
+    std::vector<std::vector<std::string_view>> commands = {{"DELEX", m_keys.lock, "IFEQ", *value},
+                                                           {"PUBLISH", m_keys.released, "1"}};
+    auto replies = m_client.pipeline(commands, deadline);
+    if (!replies) return std::unexpected(replies.error());
+    const Reply& reply = replies->front();
+    if (auto n = reply.as_integer(); n && !reply.is_error()) return *n == 1;
     // Renamed, disabled or absent after all: remember and use the script.
     m_delex_unsupported = true;
   }
   std::string_view keys[] = {m_keys.lock};
-  std::string_view args[] = {owner};
+  std::string_view args[] = {owner, m_keys.released};
   Deadline sent{};
   auto reply = run_script(m_client, scripts::k_release, keys, args, deadline, sent);
   if (!reply) return std::unexpected(reply.error());
   auto n = reply->as_integer();
   if (!n) return std::unexpected(protocol_error("unexpected reply to the release script"));
   return *n == 1;
+}
+
+Result<void> LeaseClient::leave_queue(std::string_view owner, Deadline deadline) {
+  std::string_view keys[] = {m_keys.queue, m_keys.alive};
+  std::string_view args[] = {owner};
+  Deadline sent{};
+  auto reply = run_script(m_client, scripts::k_leave, keys, args, deadline, sent);
+  if (!reply) return std::unexpected(reply.error());
+  return {};
 }
 
 Result<LockStatus> LeaseClient::status(Deadline deadline) {

@@ -15,8 +15,12 @@
 namespace fencerun::lease {
 
 struct LockKeys {
-  std::string lock;   // <prefix>{NAME}:lock
-  std::string token;  // <prefix>{NAME}:token
+  std::string lock;      // <prefix>{NAME}:lock
+  std::string token;     // <prefix>{NAME}:token
+  std::string queue;     // <prefix>{NAME}:queue    fair waiters by ticket
+  std::string alive;     // <prefix>{NAME}:alive    fair waiters' place expiry
+  std::string tickets;   // <prefix>{NAME}:tickets  fair ticket counter
+  std::string released;  // <prefix>{NAME}:released  channel: a release wakes the waiters
 };
 LockKeys keys_for(std::string_view prefix, std::string_view name);
 
@@ -43,9 +47,18 @@ struct ReplicaAck {
   int replicas = 0;
   std::chrono::milliseconds timeout{0};
 };
+
+// Fair waiting: take a ticket and keep the place by trying again within `liveness`.
+struct Fairness {
+  bool enabled = false;
+  std::chrono::milliseconds liveness{3000};
+};
 struct Busy {
-  std::optional<std::chrono::milliseconds> remaining;  // nullopt: the holder's key has no expiry
+  std::optional<std::chrono::milliseconds> remaining;  // nullopt: no expiry, or free but not our turn
   Holder holder;
+  // Fair waiting, lock free but another waiter's turn: when that waiter's place expires if it does
+  // not come for the lock.
+  std::optional<std::chrono::milliseconds> turn_expires;
 };
 using AcquireResult = std::variant<Acquired, Busy>;
 
@@ -67,7 +80,10 @@ class LeaseClient {
   // One attempt: acquire with `ttl` and issue a token, or report the holder. With ack.replicas > 0 the
   // reply also says how many replicas confirmed it (the request may take ack.timeout longer).
   redis::Result<AcquireResult> try_acquire(std::string_view owner, std::chrono::milliseconds ttl, long pid,
-                                           std::string_view host, const ReplicaAck& ack, Deadline deadline);
+                                           std::string_view host, const ReplicaAck& ack, const Fairness& fair,
+                                           Deadline deadline);
+  // A fair waiter gives up its place in the queue.
+  redis::Result<void> leave_queue(std::string_view owner, Deadline deadline);
   // Owner-checked renewal; `sent` receives the time the successful request was written.
   redis::Result<RenewOutcome> renew(std::string_view value, std::chrono::milliseconds ttl, Deadline deadline,
                                     Deadline& sent);

@@ -264,6 +264,51 @@ Result<std::vector<Reply>> Client::send(std::span<const std::vector<std::string_
   }
 }
 
+Result<void> Client::subscribe(std::string_view channel, Deadline deadline) {
+  std::string_view argv[] = {"SUBSCRIBE", channel};
+  auto reply = command(argv, deadline);
+  if (!reply) return std::unexpected(reply.error());
+  if (!reply->is_array() || reply->elements.empty() || reply->elements[0].str != "subscribe") {
+    disconnect();
+    return std::unexpected(Error{Error::Kind::protocol, "SUBSCRIBE failed: " + to_display(*reply)});
+  }
+  return {};
+}
+
+int Client::wake_fd() const { return m_conn ? m_conn->transport->fd() : -1; }
+
+bool Client::has_buffered_messages() const {
+  if (!m_conn) return false;
+  // Bytes inside the TLS layer or unparsed in the reader are invisible to poll().
+  return m_conn->transport->has_buffered() || m_conn->reader->len > m_conn->reader->pos;
+}
+
+Result<int> Client::drain_messages() {
+  if (!m_conn) return std::unexpected(Error{Error::Kind::connection, "not subscribed"});
+  int messages = 0;
+  char buf[4096];
+  for (;;) {
+    void* raw = nullptr;
+    if (::redisReaderGetReply(m_conn->reader.get(), &raw) != REDIS_OK) {
+      disconnect();
+      return std::unexpected(Error{Error::Kind::protocol, "bad message from server"});
+    }
+    if (raw) {
+      ::freeReplyObject(static_cast<redisReply*>(raw));
+      ++messages;
+      continue;
+    }
+    // Nothing complete is buffered: read what the socket has, without waiting.
+    auto n = m_conn->transport->read_some(buf, sizeof buf, BootClock::now());
+    if (!n) {
+      if (n.error().kind == Error::Kind::timeout) return messages;
+      disconnect();
+      return std::unexpected(n.error());
+    }
+    ::redisReaderFeed(m_conn->reader.get(), buf, *n);
+  }
+}
+
 Result<Reply> Client::command(std::span<const std::string_view> argv, Deadline deadline) {
   std::vector<std::string_view> one(argv.begin(), argv.end());
   auto replies = send(std::span<const std::vector<std::string_view>>(&one, 1), deadline);

@@ -36,6 +36,14 @@ class Client {
   // keys of one hash slot (a redirection of the first command re-sends them all).
   Result<std::vector<Reply>> pipeline(std::span<const std::vector<std::string_view>> commands, Deadline deadline);
 
+  // Subscriber mode (a connection of its own: RESP2 allows nothing else on it). subscribe() returns once
+  // the server confirmed the subscription; afterwards wait with poll() on wake_fd() (and
+  // has_buffered_messages()), then call drain_messages() to count what arrived without blocking.
+  Result<void> subscribe(std::string_view channel, Deadline deadline);
+  int wake_fd() const;
+  bool has_buffered_messages() const;
+  Result<int> drain_messages();
+
   // Connects now if not connected (handshake included).
   Result<void> connect(Deadline deadline);
   bool connected() const { return m_conn != nullptr; }

@@ -52,6 +52,7 @@ namespace {
 class SocketTransport final : public Transport {
  public:
   explicit SocketTransport(UniqueFd fd) : m_fd(std::move(fd)) {}
+  int fd() const override { return m_fd.get(); }
 
   Result<void> write_all(const char* data, std::size_t size, Deadline deadline) override {
     while (size > 0) {

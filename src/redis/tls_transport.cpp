@@ -106,6 +106,8 @@ class TlsTransport final : public Transport {
   }
 
   SSL* ssl() { return m_ssl.get(); }
+  int fd() const override { return m_fd.get(); }
+  bool has_buffered() const override { return ::SSL_pending(m_ssl.get()) > 0; }
 
  private:
   UniqueFd m_fd;

@@ -16,6 +16,10 @@ class Transport {
   virtual Result<void> write_all(const char* data, std::size_t size, Deadline deadline) = 0;
   // Reads at least one byte (or fails): end of stream is a connection error.
   virtual Result<std::size_t> read_some(char* data, std::size_t capacity, Deadline deadline) = 0;
+  // The socket, for callers that wait for a pushed message together with other events.
+  virtual int fd() const = 0;
+  // Data already decrypted and buffered inside the transport (poll on fd() would not see it).
+  virtual bool has_buffered() const { return false; }
 };
 
 // Opens the transport `endpoint` asks for, bounded by `deadline`.

@@ -95,6 +95,12 @@ std::optional<int> SignalChannel::pending_terminating() {
 }
 
 std::optional<int> SignalChannel::wait_for_terminating(Deadline until) {
+  bool ready = false;
+  return wait_for_terminating(until, -1, ready);
+}
+
+std::optional<int> SignalChannel::wait_for_terminating(Deadline until, int extra_fd, bool& ready) {
+  ready = false;
   for (;;) {
     if (auto sig = pending_terminating()) return sig;
     auto left = time_left(until);
@@ -102,8 +108,13 @@ std::optional<int> SignalChannel::wait_for_terminating(Deadline until) {
     timespec ts{};
     ts.tv_sec = std::chrono::duration_cast<std::chrono::seconds>(left).count();
     ts.tv_nsec = (left - std::chrono::seconds(ts.tv_sec)).count();
-    pollfd p{m_fd.get(), POLLIN, 0};
-    ::ppoll(&p, 1, &ts, nullptr);
+    pollfd p[2] = {{m_fd.get(), POLLIN, 0}, {extra_fd, POLLIN, 0}};
+    ::ppoll(p, extra_fd >= 0 ? 2 : 1, &ts, nullptr);
+    if (extra_fd >= 0 && p[1].revents != 0) {
+      if (auto sig = pending_terminating()) return sig;
+      ready = true;
+      return std::nullopt;
+    }
   }
 }
 

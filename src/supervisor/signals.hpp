@@ -42,6 +42,9 @@ class SignalChannel {
   // Waits until `until` for a signal that ends the wait for the lock; other signals are dropped.
   std::optional<int> wait_for_terminating(Deadline until);
 
+  // The same, but also returns early (with nullopt, `ready` set) when `extra_fd` becomes readable.
+  std::optional<int> wait_for_terminating(Deadline until, int extra_fd, bool& ready);
+
  private:
   UniqueFd m_fd;
   sigset_t m_original{};
