@@ -240,6 +240,13 @@ Result<std::vector<Reply>> Client::send(std::span<const std::vector<std::string_
       return std::unexpected(replies.error());
     }
     const Reply& first = replies->front();
+    if (first.error_is("READONLY") && m_endpoint.transport == config::RedisEndpoint::Transport::sentinel &&
+        redirects < k_max_redirects) {
+      // The master we knew was demoted by a failover. The write was refused, so it is safe to ask the
+      // sentinels again and send it to the new master.
+      disconnect();
+      continue;
+    }
     bool moved = first.error_is("MOVED"), ask = first.error_is("ASK");
     if (!(moved || ask) || redirects >= k_max_redirects) return replies;
     auto target = redirect_target(first);
