@@ -121,9 +121,10 @@ TEST(make_config, skips_empty_url_variables) {
 TEST(make_config, rejects_a_bad_url_naming_the_redis_option) {
   Options o = run_options();
   o.redis_url = "http://example:80";
-  EXPECT_EQ(usage_error(o), "--redis: unsupported URL scheme 'http' (expected redis://, rediss:// or unix://)");
+  EXPECT_EQ(usage_error(o),
+            "--redis: unsupported URL scheme 'http' (expected redis://, rediss://, unix:// or redis+sentinel://)");
   EXPECT_EQ(usage_error(run_options(), {{"REDIS_URL", "redis://host:http"}}),
-            "--redis: port 'http' is not a number from 1 to 65535");
+            "--redis: the port is not a number from 1 to 65535");
 }
 
 // The password: from the URL, else $FENCERUN_REDIS_PASSWORD, else $REDISCLI_AUTH.
@@ -407,4 +408,103 @@ TEST(make_config, needs_no_lock_name_for_version_and_help) {
     o.subcommand = s;
     EXPECT_EQ(configure(o).subcommand, s);
   }
+}
+
+TEST(make_config, needs_no_lock_name_for_acl) {
+  Options o;
+  o.subcommand = Subcommand::acl;
+  o.acl_delex = true;
+  o.key_prefix = "jobs:";
+  Config c = configure(o);
+  EXPECT_EQ(c.subcommand, Subcommand::acl);
+  EXPECT_TRUE(c.acl_delex);
+  EXPECT_EQ(c.common.key_prefix, "jobs:");
+}
+
+// Sentinels and TLS.
+
+TEST(make_config, reads_the_sentinel_password_from_the_environment) {
+  Options o = run_options();
+  o.redis_url = "redis+sentinel://s1:26379/main";
+  Config c = configure(o, {{"FENCERUN_SENTINEL_PASSWORD", "sentinel-secret"}, {"REDISCLI_AUTH", "master-secret"}});
+  EXPECT_EQ(c.common.endpoint.sentinel_password, "sentinel-secret");
+  EXPECT_EQ(c.common.endpoint.password, "master-secret");
+  EXPECT_EQ(c.common.redacted_url, "redis+sentinel://s1:26379/main");
+}
+
+TEST(make_config, ignores_the_sentinel_password_without_sentinels) {
+  Config c = configure(run_options(), {{"FENCERUN_SENTINEL_PASSWORD", "sentinel-secret"}});
+  EXPECT_EQ(c.common.endpoint.sentinel_password, std::nullopt);
+  EXPECT_EQ(c.common.endpoint.password, std::nullopt);
+}
+
+TEST(make_config, passes_the_tls_options_on) {
+  Options o = run_options();
+  o.redis_url = "rediss://secure.example:6380";
+  o.tls_ca_file = "/etc/ca.pem";
+  o.tls_cert = "/etc/client.pem";
+  o.tls_key = "/etc/client.key";
+  o.tls_server_name = "redis.internal";
+  o.tls_insecure = true;
+  Config c = configure(o);
+  EXPECT_EQ(c.common.endpoint.transport, Transport::tls);
+  EXPECT_EQ(c.common.endpoint.tls.ca_file, "/etc/ca.pem");
+  EXPECT_EQ(c.common.endpoint.tls.cert_file, "/etc/client.pem");
+  EXPECT_EQ(c.common.endpoint.tls.key_file, "/etc/client.key");
+  EXPECT_EQ(c.common.endpoint.tls.server_name, "redis.internal");
+  EXPECT_TRUE(c.common.endpoint.tls.insecure);
+}
+
+TEST(make_config, verifies_tls_by_default) {
+  Options o = run_options();
+  o.redis_url = "rediss://secure.example";
+  EXPECT_FALSE(configure(o).common.endpoint.tls.insecure);
+}
+
+TEST(make_config, rejects_a_tls_key_without_a_certificate) {
+  Options o = run_options();
+  o.redis_url = "rediss://secure.example";
+  o.tls_key = "/etc/client.key";
+  EXPECT_EQ(usage_error(o), "--tls-key: needs --tls-cert as well");
+}
+
+// Replica acknowledgement.
+
+TEST(make_config, reads_min_replicas_and_the_replica_timeout) {
+  Options o = run_options();
+  o.min_replicas = 2;
+  o.replica_timeout = "500ms";
+  Config c = configure(o);
+  EXPECT_EQ(c.run.min_replicas, 2);
+  EXPECT_EQ(c.run.replica_timeout, milliseconds(500));
+  Config d = configure(run_options());
+  EXPECT_EQ(d.run.min_replicas, 0);
+  EXPECT_EQ(d.run.replica_timeout, milliseconds(1'000));
+}
+
+TEST(make_config, rejects_negative_min_replicas) {
+  Options o = run_options();
+  o.min_replicas = -1;
+  EXPECT_EQ(usage_error(o), "--min-replicas: must not be negative");
+}
+
+TEST(make_config, rejects_a_zero_or_bad_replica_timeout) {
+  Options o = run_options();
+  o.replica_timeout = "0";
+  EXPECT_EQ(usage_error(o), "--replica-timeout: must be positive, got 0");
+  o.replica_timeout = "soon";
+  EXPECT_EQ(usage_error(o), "--replica-timeout: 'soon' is not a duration (expected e.g. 500ms, 30s, 5m, 1h)");
+}
+
+TEST(make_config, keeps_the_replica_timeout_below_half_the_ttl) {
+  Options o = run_options();
+  o.ttl = "2s";
+  o.min_replicas = 1;
+  o.replica_timeout = "1s";
+  EXPECT_EQ(usage_error(o), "--replica-timeout: 1s must be shorter than half of --ttl 2s");
+  o.replica_timeout = "999ms";
+  EXPECT_EQ(configure(o).run.replica_timeout, milliseconds(999));
+  o.min_replicas = 0;
+  o.replica_timeout = "5s";
+  EXPECT_EQ(configure(o).run.replica_timeout, milliseconds(5'000));
 }

@@ -2,6 +2,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "config/url.hpp"
 
@@ -152,13 +153,13 @@ TEST(redis_url, rejects_relative_socket_paths) {
 }
 
 TEST(redis_url, rejects_bad_ports) {
-  EXPECT_EQ(error_of("redis://host:0"), "port '0' is not a number from 1 to 65535");
-  EXPECT_EQ(error_of("redis://host:65536"), "port '65536' is not a number from 1 to 65535");
-  EXPECT_EQ(error_of("redis://host:http"), "port 'http' is not a number from 1 to 65535");
-  EXPECT_EQ(error_of("redis://host:-1"), "port '-1' is not a number from 1 to 65535");
-  EXPECT_EQ(error_of("redis://host:"), "port '' is not a number from 1 to 65535");
-  EXPECT_EQ(error_of("redis://[::1]:"), "port '' is not a number from 1 to 65535");
-  EXPECT_EQ(error_of("redis://host:63 79"), "port '63 79' is not a number from 1 to 65535");
+  EXPECT_EQ(error_of("redis://host:0"), "the port is not a number from 1 to 65535");
+  EXPECT_EQ(error_of("redis://host:65536"), "the port is not a number from 1 to 65535");
+  EXPECT_EQ(error_of("redis://host:http"), "the port is not a number from 1 to 65535");
+  EXPECT_EQ(error_of("redis://host:-1"), "the port is not a number from 1 to 65535");
+  EXPECT_EQ(error_of("redis://host:"), "the port is not a number from 1 to 65535");
+  EXPECT_EQ(error_of("redis://[::1]:"), "the port is not a number from 1 to 65535");
+  EXPECT_EQ(error_of("redis://host:63 79"), "the port is not a number from 1 to 65535");
 }
 
 TEST(redis_url, accepts_the_extreme_ports) {
@@ -167,8 +168,10 @@ TEST(redis_url, accepts_the_extreme_ports) {
 }
 
 TEST(redis_url, rejects_unknown_schemes) {
-  EXPECT_EQ(error_of("http://host:6379"), "unsupported URL scheme 'http' (expected redis://, rediss:// or unix://)");
-  EXPECT_EQ(error_of("REDIS://host"), "unsupported URL scheme 'REDIS' (expected redis://, rediss:// or unix://)");
+  EXPECT_EQ(error_of("http://host:6379"),
+            "unsupported URL scheme 'http' (expected redis://, rediss://, unix:// or redis+sentinel://)");
+  EXPECT_EQ(error_of("REDIS://host"),
+            "unsupported URL scheme 'REDIS' (expected redis://, rediss://, unix:// or redis+sentinel://)");
 }
 
 TEST(redis_url, rejects_text_that_is_not_a_url) {
@@ -183,17 +186,19 @@ TEST(redis_url, rejects_a_missing_host) {
 }
 
 TEST(redis_url, rejects_bad_databases) {
-  EXPECT_EQ(error_of("redis://host/abc"), "database 'abc' is not a non-negative integer");
-  EXPECT_EQ(error_of("redis://host/-1"), "database '-1' is not a non-negative integer");
-  EXPECT_EQ(error_of("redis://host/1x"), "database '1x' is not a non-negative integer");
-  EXPECT_EQ(error_of("redis://host?db="), "database '' is not a non-negative integer");
-  EXPECT_EQ(error_of("unix:///tmp/r.sock?db=two"), "database 'two' is not a non-negative integer");
+  EXPECT_EQ(error_of("redis://host/abc"), "the database is not a non-negative integer");
+  EXPECT_EQ(error_of("redis://host/-1"), "the database is not a non-negative integer");
+  EXPECT_EQ(error_of("redis://host/1x"), "the database is not a non-negative integer");
+  EXPECT_EQ(error_of("redis://host?db="), "the database is not a non-negative integer");
+  EXPECT_EQ(error_of("unix:///tmp/r.sock?db=two"), "the database is not a non-negative integer");
 }
 
 TEST(redis_url, rejects_unknown_query_parameters) {
-  EXPECT_EQ(error_of("redis://host?timeout=5"), "unknown URL parameter 'timeout'");
-  EXPECT_EQ(error_of("redis://host?db=1&dbb=2"), "unknown URL parameter 'dbb'");
-  EXPECT_EQ(error_of("unix:///tmp/r.sock?database=1"), "unknown URL parameter 'database'");
+  EXPECT_EQ(error_of("redis://host?timeout=5"), "unknown URL parameter (only db are known)");
+  EXPECT_EQ(error_of("redis://host?db=1&dbb=2"), "unknown URL parameter (only db are known)");
+  EXPECT_EQ(error_of("unix:///tmp/r.sock?database=1"), "unknown URL parameter (only db are known)");
+  EXPECT_EQ(error_of("redis+sentinel://s1/main?sentinel_pass=x"),
+            "unknown URL parameter (only db and sentinel_user are known)");
 }
 
 TEST(redis_url, keeps_the_password_out_of_errors) {
@@ -262,4 +267,83 @@ TEST(redis_url, redacted_urls_parse_back_to_the_same_endpoint_without_password) 
     EXPECT_EQ(back.user, ep.user) << url;
     EXPECT_EQ(back.password, std::nullopt) << url;
   }
+}
+
+// Sentinel URLs: redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/MASTER[?db=N].
+
+using fencerun::config::HostPort;
+
+TEST(redis_url, parses_sentinel_urls) {
+  auto ep = parsed("redis+sentinel://s1.example:26379,s2.example:26380/mymaster?db=2");
+  EXPECT_EQ(ep.transport, Transport::sentinel);
+  EXPECT_FALSE(ep.sentinel_tls);
+  EXPECT_EQ(ep.sentinels, (std::vector<HostPort>{{"s1.example", 26379}, {"s2.example", 26380}}));
+  EXPECT_EQ(ep.master_name, "mymaster");
+  EXPECT_EQ(ep.db, 2);
+  EXPECT_EQ(ep.host, "");
+  EXPECT_EQ(ep.port, 0);
+}
+
+TEST(redis_url, defaults_sentinel_ports_to_26379) {
+  auto ep = parsed("redis+sentinel://s1,[::1],s3:5000/main");
+  EXPECT_EQ(ep.sentinels, (std::vector<HostPort>{{"s1", 26379}, {"::1", 26379}, {"s3", 5000}}));
+}
+
+TEST(redis_url, marks_rediss_sentinel_as_tls) {
+  auto ep = parsed("rediss+sentinel://s1:26379/main");
+  EXPECT_EQ(ep.transport, Transport::sentinel);
+  EXPECT_TRUE(ep.sentinel_tls);
+}
+
+TEST(redis_url, reads_the_master_credentials_and_the_sentinel_user) {
+  auto ep = parsed("redis+sentinel://alice:hunter2@s1:26379/main?sentinel_user=watcher%40ops");
+  EXPECT_EQ(ep.user, "alice");
+  EXPECT_EQ(ep.password, "hunter2");
+  EXPECT_EQ(ep.sentinel_user, "watcher@ops");
+  EXPECT_EQ(ep.sentinel_password, std::nullopt);
+}
+
+TEST(redis_url, decodes_a_percent_encoded_master_name) {
+  EXPECT_EQ(parsed("redis+sentinel://s1/my%20master").master_name, "my master");
+}
+
+TEST(redis_url, rejects_a_sentinel_url_without_a_master_name) {
+  const char* k_message = "redis+sentinel:// URL needs the master name as its path (.../MASTER)";
+  EXPECT_EQ(error_of("redis+sentinel://s1:26379"), k_message);
+  EXPECT_EQ(error_of("redis+sentinel://s1:26379/"), k_message);
+  EXPECT_EQ(error_of("redis+sentinel://s1:26379/a/b"), k_message);
+  EXPECT_EQ(error_of("redis+sentinel://s1:26379/bad%zz"), k_message);
+}
+
+TEST(redis_url, rejects_bad_sentinel_addresses) {
+  EXPECT_EQ(error_of("redis+sentinel://s1,,s2/main"), "URL has no host");
+  EXPECT_EQ(error_of("redis+sentinel://s1:0/main"), "the port is not a number from 1 to 65535");
+  EXPECT_EQ(error_of("redis+sentinel:///main"), "URL has no host");
+}
+
+TEST(redis_url, accepts_sentinel_user_only_in_sentinel_urls) {
+  EXPECT_EQ(error_of("redis://host?sentinel_user=bob"), "unknown URL parameter (only db are known)");
+  EXPECT_EQ(error_of("redis+sentinel://s1/main?sentinel_user=b%zz"), "bad percent-encoding in sentinel_user");
+}
+
+TEST(redis_url, redacts_sentinel_urls) {
+  EXPECT_EQ(redacted_url(parsed("redis+sentinel://alice:hunter2@s1,[::1]:26380/main?db=2&sentinel_user=bob")),
+            "redis+sentinel://alice@s1:26379,[::1]:26380/main?db=2&sentinel_user=bob");
+  EXPECT_EQ(redacted_url(parsed("rediss+sentinel://:hunter2@s1:26379/main")), "rediss+sentinel://s1:26379/main");
+  RedisEndpoint ep = parsed("redis+sentinel://s1/main");
+  ep.sentinel_password = "hunter3";
+  ep.password = "hunter4";
+  EXPECT_EQ(redacted_url(ep), "redis+sentinel://s1:26379/main");
+}
+
+TEST(redis_url, redacted_sentinel_urls_parse_back_to_the_same_endpoint) {
+  RedisEndpoint ep = parsed("redis+sentinel://al%40ice:pw@s1:1,[fe80::1]:2,s3/my%20master?db=4&sentinel_user=b%2Fb");
+  RedisEndpoint back = parsed(redacted_url(ep));
+  EXPECT_EQ(back.transport, Transport::sentinel);
+  EXPECT_EQ(back.sentinels, ep.sentinels);
+  EXPECT_EQ(back.master_name, "my master");
+  EXPECT_EQ(back.db, 4);
+  EXPECT_EQ(back.user, "al@ice");
+  EXPECT_EQ(back.sentinel_user, "b/b");
+  EXPECT_EQ(back.password, std::nullopt);
 }
