@@ -9,6 +9,7 @@
 #include <variant>
 
 #include "app/app.hpp"
+#include "app/metrics.hpp"
 #include "config/duration.hpp"
 #include "lease/keeper.hpp"
 #include "lease/lease_client.hpp"
@@ -81,9 +82,28 @@ void log_unavailable(const config::Config& c, const redis::Error& e) {
              {{"lock", c.run.lock}, {"kind", redis::to_string(e.kind)}});
 }
 
+int run_locked(const config::Config& c, RunReport& report);
+
 }  // namespace
 
 int run(const config::Config& c) {
+  RunReport report;
+  report.lock = c.run.lock;
+  report.started = std::chrono::system_clock::now();
+  int code = run_locked(c, report);
+  report.exit_code = code;
+  report.ended = std::chrono::system_clock::now();
+  if (c.metrics_file) {
+    if (auto err = write_metrics_file(*c.metrics_file, report))
+      log::event(log::Level::warn, "metrics_failed", "cannot write the metrics file: " + *err, {{"lock", c.run.lock}});
+  }
+  return code;
+}
+
+namespace {
+
+int run_locked(const config::Config& c, RunReport& report) {
+  const Deadline began = BootClock::now();
   supervisor::SignalChannel signals;  // before any thread or child exists
   redis::Client client(c.common.endpoint);
   lease::LeaseClient lease(client, lease::keys_for(c.common.key_prefix, c.run.lock));
@@ -122,6 +142,7 @@ int run(const config::Config& c) {
     }
     const auto& busy = std::get<lease::Busy>(*result);
     Deadline now = BootClock::now();
+    report.lock_wait = std::chrono::duration_cast<milliseconds>(now - began);
     if (wait_until && now >= *wait_until) {
       std::string holder = busy.holder.pid ? "pid " + std::to_string(*busy.holder.pid) + " on " + busy.holder.host
                                            : "another owner";
@@ -159,6 +180,9 @@ int run(const config::Config& c) {
     }
   }
   subscriber.reset();
+  report.lock_wait = std::chrono::duration_cast<milliseconds>(BootClock::now() - began);
+  report.acquired = true;
+  report.token = acquired.token;
 
   const std::string token = std::to_string(acquired.token);
   const log::Context context{c.run.lock, token};
@@ -217,6 +241,9 @@ int run(const config::Config& c) {
                                keeper.wake_fd()};
   auto outcome = sup.supervise(watch);
   keeper.stop();
+  report.renewals = keeper.stats().renewals;
+  report.renew_failures = keeper.stats().failures;
+  report.lease_lost = outcome.stopped_for_lease;
   watchdog->disarm();
   watchdog.reset();
 
@@ -230,4 +257,5 @@ int run(const config::Config& c) {
   return exit_code_from_wait_status(outcome.wait_status);
 }
 
+}  // namespace
 }  // namespace fencerun::app

@@ -32,6 +32,7 @@ void add_run_options(CLI::App& app, config::Options& o) {
   app.add_option("--kill-signal", o.kill_signal);
   app.add_option("-w,--wait", o.wait);
   app.add_flag("--fair", o.fair);
+  app.add_option("--metrics-file", o.metrics_file);
   app.add_option("-E,--conflict-exit-code", o.conflict_exit_code);
   app.add_option("--lease-lost-exit-code", o.lease_lost_exit_code);
   app.add_flag("--shell", o.shell);
@@ -74,6 +75,7 @@ Options:
       --timeout DUR            bound on connecting and on each Redis request (default: 2s)
       --key-prefix STR         prefix of every key fencerun writes (default: fencerun:)
       --shell                  run COMMAND (one string) with /bin/sh -c
+      --metrics-file PATH      after the run, write a Prometheus textfile there (atomically)
       --min-replicas N         count the lock as acquired only once N replicas confirm it (WAIT);
                                otherwise release it and exit 69 (default: 0)
       --replica-timeout DUR    how long to wait for those replicas (default: 1s)

@@ -141,6 +141,10 @@ Config make_config(const Options& o, const GetEnv& getenv, const ParseSignal& pa
     c.run.wait = w;
   }
   c.run.fair = o.fair;
+  if (o.metrics_file) {
+    if (o.metrics_file->empty()) throw UsageError("--metrics-file: empty path");
+    c.metrics_file = o.metrics_file;
+  }
   c.run.conflict_exit_code = exit_code_option("--conflict-exit-code", o.conflict_exit_code);
   c.run.lease_lost_exit_code = exit_code_option("--lease-lost-exit-code", o.lease_lost_exit_code);
   if (o.min_replicas < 0) throw UsageError("--min-replicas: must not be negative");

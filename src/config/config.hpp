@@ -70,6 +70,7 @@ struct Config {
   RunConfig run;   // run and status (status uses run.lock)
   bool json = false;
   bool acl_delex = false;
+  std::optional<std::string> metrics_file;  // run: Prometheus textfile written after the run
 };
 
 using GetEnv = std::function<std::optional<std::string>(const char*)>;

@@ -20,6 +20,7 @@ struct Options {
   std::string kill_signal = "TERM";
   std::string wait = "0";
   bool fair = false;
+  std::optional<std::string> metrics_file;
   int conflict_exit_code = 75;
   int lease_lost_exit_code = 124;
   std::string timeout = "2s";

@@ -1,0 +1,30 @@
+#pragma once
+// RunReport: what one run did, written as a Prometheus textfile (node_exporter's textfile collector
+// format) for cron users who want alerts on their jobs. Written atomically: temp file, fsync, rename.
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace fencerun::app {
+
+struct RunReport {
+  std::string lock;
+  std::chrono::system_clock::time_point started{};
+  std::chrono::system_clock::time_point ended{};
+  std::chrono::milliseconds lock_wait{0};  // from start until acquired (or until giving up)
+  bool acquired = false;
+  std::optional<std::uint64_t> token;
+  std::uint64_t renewals = 0;
+  std::uint64_t renew_failures = 0;
+  bool lease_lost = false;
+  int exit_code = 0;
+};
+
+// The textfile's content.
+std::string format_metrics(const RunReport& report);
+
+// Writes `format_metrics(report)` to `path` atomically. Returns an error message on failure.
+std::optional<std::string> write_metrics_file(const std::string& path, const RunReport& report);
+
+}  // namespace fencerun::app
