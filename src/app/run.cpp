@@ -132,7 +132,9 @@ int run_locked(const config::Config& c, RunReport& report) {
       log_unavailable(c, result.error());
       if (result.error().kind == redis::Error::Kind::timeout) {
         // The request may have run on the server after all: release what we may hold (by owner id).
-        [[maybe_unused]] auto cleaned = lease.release(owner, std::nullopt, false, BootClock::now() + timeout / 2);
+        // Kept short: an unresponsive server will not answer this either, and the lock expires anyway.
+        auto bound = std::min<milliseconds>(timeout / 4, milliseconds(200));
+        [[maybe_unused]] auto cleaned = lease.release(owner, std::nullopt, false, BootClock::now() + bound);
       }
       return exit_code::k_unavailable;
     }

@@ -98,7 +98,9 @@ Result<AcquireResult> LeaseClient::try_acquire(std::string_view owner, std::chro
   // WAIT goes out with the script: still one round trip. After a busy reply it returns at once.
   if (ack.replicas > 0) followups.push_back({"WAIT", replicas, wait_ms});
   Deadline sent{};
-  auto replies = run_script(m_client, scripts::k_acquire, keys, args, followups, deadline + ack.timeout, sent);
+  // Only a WAIT may legitimately hold the reply back for longer than the request timeout.
+  Deadline bound = ack.replicas > 0 ? deadline + ack.timeout : deadline;
+  auto replies = run_script(m_client, scripts::k_acquire, keys, args, followups, bound, sent);
   if (!replies) return std::unexpected(replies.error());
   const Reply* reply = &replies->front();
   const auto& e = reply->elements;
