@@ -1,0 +1,421 @@
+// Hand-over between holders and waiters, against a real redis-server owned by each test:
+//   - a release wakes a waiting fencerun at once (it does not sleep out its retry interval);
+//   - a waiter uses no CPU while it waits;
+//   - a holder killed with SIGKILL (no release) is replaced soon after its TTL runs out;
+//   - --fair waiters acquire in the order they began waiting, over many rounds;
+//   - a fair waiter that is killed stops blocking the queue once its place expires, and one that
+//     gives up (wait ran out, or a signal) leaves the queue at once.
+// Times are taken by the commands themselves (`date +%s%N` as the holder's last act and as the next
+// holder's first act), so they include process start-up of the command, as a user would see it.
+// Bounds are loose because the machine may be busy; bench/handover.sh measures the exact figures.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/process.hpp"
+#include "support/redis_server.hpp"
+#include "support/util.hpp"
+
+namespace fencerun::test {
+namespace {
+
+// Wall-clock nanoseconds, the same clock as `date +%s%N` in the commands.
+long long wall_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// utime + stime of a process (all its threads), in clock ticks, from /proc/PID/stat.
+std::optional<long long> cpu_ticks(pid_t pid) {
+  auto stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return std::nullopt;
+  // Fields after the command name (which may contain spaces) start after the last ')'.
+  const auto close = stat->rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream in(stat->substr(close + 2));
+  std::vector<std::string> f;
+  for (std::string w; in >> w;) f.push_back(w);
+  // f[0] is field 3 (state); utime is field 14, stime field 15.
+  if (f.size() < 13) return std::nullopt;
+  auto u = parse_ll(f[11]);
+  auto s = parse_ll(f[12]);
+  if (!u || !s) return std::nullopt;
+  return *u + *s;
+}
+
+class HandoverTest : public ::testing::Test {
+ protected:
+  void SetUp() override { redis_ = std::make_unique<RedisServer>(); }
+
+  void TearDown() override {
+    if (HasFailure() && redis_) std::cout << "--- redis-server log ---\n" << redis_->log() << "\n";
+    for (pid_t p : cleanup_pids_) kill_if_alive(p);
+  }
+
+  RedisServer& redis() { return *redis_; }
+  std::filesystem::path file(std::string_view name) const { return dir_ / name; }
+  void touch(std::string_view name) const { write_file(file(name), ""); }
+
+  static std::string key(const std::string& name, std::string_view suffix) {
+    return "fencerun:{" + name + "}:" + std::string(suffix);
+  }
+
+  // fencerun -r URL OPTIONS... NAME -- sh -c SCRIPT, in the test's temp dir.
+  std::unique_ptr<FencerunProcess> start(const std::string& name, const std::string& script,
+                                         std::vector<std::string> options = {}) {
+    std::vector<std::string> a = {"-r", redis_->url()};
+    a.insert(a.end(), options.begin(), options.end());
+    a.insert(a.end(), {name, "--", "sh", "-c", script});
+    SpawnOptions o;
+    o.cwd = dir_.path();
+    auto p = std::make_unique<FencerunProcess>(std::move(a), std::move(o));
+    cleanup_pids_.push_back(p->pid());
+    return p;
+  }
+
+  // A holder whose command runs until the file `go` appears and then writes `date +%s%N` to
+  // `released` as its last act.
+  std::unique_ptr<FencerunProcess> start_holder(const std::string& name, const std::string& go,
+                                                const std::string& released,
+                                                std::vector<std::string> options = {"--ttl", "30s"}) {
+    auto p = start(name, "while [ ! -e " + go + " ]; do sleep 0.01; done; date +%s%N > " + released,
+                   std::move(options));
+    if (!wait_until([&] { return redis_->exists(key(name, "lock")); }, 10s))
+      throw std::runtime_error("the holder never took " + name + ": " + p->result().describe());
+    return p;
+  }
+
+  long long subscribers(const std::string& name) {
+    Reply r = redis_->cmd({"PUBSUB", "NUMSUB", key(name, "released")});
+    if (r.type != Reply::Type::Array || r.elements.size() != 2) return -1;
+    return r.elements[1].integer;
+  }
+  bool wait_subscribers(const std::string& name, long long n, Clock::duration timeout = 10s) {
+    return wait_until([&] { return subscribers(name) == n; }, timeout);
+  }
+
+  long long queued(const std::string& name) {
+    return redis_->cmd({"ZCARD", key(name, "queue")}).integer;
+  }
+  bool wait_queued(const std::string& name, long long n, Clock::duration timeout = 10s) {
+    return wait_until([&] { return queued(name) == n; }, timeout);
+  }
+  std::vector<std::string> queue_members(const std::string& name) {
+    std::vector<std::string> m;
+    for (const auto& e : redis_->cmd({"ZRANGE", key(name, "queue"), "0", "-1"}).elements) m.push_back(e.str);
+    return m;
+  }
+  bool in_zset(const std::string& name, std::string_view set, const std::string& member) {
+    return !redis_->cmd({"ZSCORE", key(name, set), member}).is_nil();
+  }
+
+  // A nanosecond timestamp written by a command.
+  long long stamp(const std::string& name, Clock::duration timeout = 10s) {
+    auto l = wait_for_line(file(name), timeout);
+    if (!l) throw std::runtime_error("no timestamp in " + name);
+    auto v = parse_ll(*l);
+    if (!v) throw std::runtime_error("not a timestamp in " + name + ": " + *l);
+    return *v;
+  }
+
+  std::vector<std::string> lines(const std::string& name) {
+    return split_lines(read_file(file(name)).value_or(""));
+  }
+
+ private:
+  std::unique_ptr<RedisServer> redis_;
+  TempDir dir_{"handover"};
+  std::vector<pid_t> cleanup_pids_;
+};
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : " ") + x;
+  return s;
+}
+
+// A waiter that subscribed and then went to sleep is woken by the release itself. The holder's TTL
+// is 30 s and it renews, so the waiter's own timer would fire only after up to 2 s: a hand-over well
+// below that can only come from the release notification.
+TEST_F(HandoverTest, ReleaseWakesWaitingWaiterAtOnce) {
+  const std::string name = "wake";
+  std::vector<long long> handovers;
+  for (int round = 0; round < 5; ++round) {
+    const std::string r = std::to_string(round);
+    auto holder = start_holder(name, "go" + r, "released" + r);
+    auto waiter = start(name, "date +%s%N > acquired" + r, {"--ttl", "30s", "--wait", "30s"});
+    ASSERT_TRUE(wait_subscribers(name, 1)) << waiter->result();
+    std::this_thread::sleep_for(500ms);  // well into its sleep: its own timer fires ~1.5 s later
+    ASSERT_TRUE(waiter->running()) << waiter->result();
+    touch("go" + r);
+    ASSERT_EQ(holder->wait_for_exit(10s), 0) << holder->result();
+    ASSERT_EQ(waiter->wait_for_exit(10s), 0) << waiter->result();
+    const long long ms = (stamp("acquired" + r) - stamp("released" + r)) / 1'000'000;
+    handovers.push_back(ms);
+    EXPECT_GE(ms, 0);
+    EXPECT_LT(ms, 700) << "round " << round << ": the waiter acquired " << ms
+                       << " ms after the holder's command ended";
+  }
+  std::sort(handovers.begin(), handovers.end());
+  std::cout << "hand-over after release, ms (sorted): ";
+  for (auto h : handovers) std::cout << h << " ";
+  std::cout << "\n";
+}
+
+// A waiter sleeps in the kernel while it waits: over 2 s of waiting it uses a handful of clock
+// ticks at most (a fair waiter also renews its place in the queue every second).
+class WaitingCpuTest : public HandoverTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(WaitingCpuTest, WaiterUsesNoCpuWhileWaiting) {
+  const bool fair = GetParam();
+  const std::string name = fair ? "cpu-fair" : "cpu";
+  std::vector<std::string> opts = {"--ttl", "30s"};
+  if (fair) opts.push_back("--fair");
+  auto holder = start_holder(name, "go", "released", opts);
+  opts.insert(opts.end(), {"--wait", "60s"});
+  auto waiter = start(name, "true", opts);
+  ASSERT_TRUE(wait_subscribers(name, 1)) << waiter->result();
+  std::this_thread::sleep_for(200ms);
+  const auto before = cpu_ticks(waiter->pid());
+  const auto t0 = Clock::now();
+  std::this_thread::sleep_for(2s);
+  const auto after = cpu_ticks(waiter->pid());
+  const auto waited = ms_between(t0, Clock::now());
+  ASSERT_TRUE(before && after) << "cannot read /proc/" << waiter->pid() << "/stat";
+  ASSERT_TRUE(waiter->running()) << waiter->result();
+  const long long hz = ::sysconf(_SC_CLK_TCK);
+  std::cout << "waiter CPU over " << waited << " ms of waiting: " << (*after - *before) << " ticks of 1/" << hz
+            << " s\n";
+  EXPECT_LE(*after - *before, 5) << "the waiter used " << (*after - *before) << " ticks (1/" << hz
+                                 << " s) in " << waited << " ms of waiting";
+  touch("go");
+  EXPECT_EQ(holder->wait_for_exit(10s), 0) << holder->result();
+  EXPECT_EQ(waiter->wait_for_exit(10s), 0) << waiter->result();
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, WaitingCpuTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "Fair" : "Unfair"; });
+
+// A holder killed with SIGKILL releases nothing. The waiter looks again when the holder's remaining
+// TTL has passed and takes the lock then: not before the key expired, and soon after.
+TEST_F(HandoverTest, KilledHolderIsReplacedSoonAfterItsTtl) {
+  const std::string name = "dead";
+  auto holder = start(name, "echo $$ > pid; exec sleep 1000", {"--ttl", "2s"});
+  ASSERT_TRUE(wait_until([&] { return redis().exists(key(name, "lock")); }, 10s)) << holder->result();
+  const auto cmd = wait_for_pid_file(file("pid"), 10s);
+  ASSERT_TRUE(cmd);
+  auto waiter = start(name, "date +%s%N > acquired", {"--ttl", "2s", "--wait", "30s"});
+  ASSERT_TRUE(wait_subscribers(name, 1)) << waiter->result();
+  std::this_thread::sleep_for(700ms);  // past the holder's first renewal (every ttl/3)
+
+  ASSERT_TRUE(holder->signal(SIGKILL));
+  const long long t_before = wall_ns();
+  const long long pttl = redis().pttl(key(name, "lock"));
+  const long long t_after = wall_ns();
+  ASSERT_GT(pttl, 0) << "the lock key should still live right after the kill";
+  const long long expiry_earliest = t_before + pttl * 1'000'000;
+  const long long expiry_latest = t_after + pttl * 1'000'000;
+
+  ASSERT_EQ(waiter->wait_for_exit(15s), 0) << waiter->result();
+  const long long acquired = stamp("acquired");
+  const long long after_expiry_ms = (acquired - expiry_latest) / 1'000'000;
+  std::cout << "lock expired " << pttl << " ms after the kill; the waiter's command started "
+            << after_expiry_ms << " ms after expiry\n";
+  EXPECT_GE(acquired, expiry_earliest - 20'000'000LL) << "the waiter acquired before the dead holder's key expired";
+  EXPECT_LT(after_expiry_ms, 700) << "the waiter acquired " << after_expiry_ms << " ms after the key expired";
+  // The holder's command died with it (it must not run on without a renewed lease).
+  EXPECT_TRUE(wait_dead(*cmd, 5s));
+}
+
+// --fair: waiters started one after another (each queued before the next starts) acquire in that
+// order, in every round. Without --fair the order is recorded only: the fastest waiter wins.
+struct OrderStats {
+  int rounds = 0;
+  int out_of_order = 0;
+  std::vector<std::string> examples;
+};
+
+class FairOrderTest : public HandoverTest {
+ protected:
+  OrderStats run_rounds(const std::string& name, bool fair, int rounds, int waiters) {
+    OrderStats st;
+    std::vector<std::string> opts = {"--ttl", "30s"};
+    if (fair) opts.push_back("--fair");
+    for (int round = 0; round < rounds; ++round) {
+      const std::string r = std::to_string(round);
+      const std::string order = "order" + r;
+      auto holder = start_holder(name, "go" + r, "released" + r, opts);
+      std::vector<std::unique_ptr<FencerunProcess>> ws;
+      std::vector<std::string> expected;
+      for (int i = 0; i < waiters; ++i) {
+        auto wopts = opts;
+        wopts.insert(wopts.end(), {"--wait", "60s"});
+        ws.push_back(start(name, "echo " + std::to_string(i) + " >> " + order, wopts));
+        expected.push_back(std::to_string(i));
+        const bool waiting = fair ? wait_queued(name, i + 1) : wait_subscribers(name, i + 1);
+        if (!waiting) {
+          ADD_FAILURE() << "round " << round << ": waiter " << i << " never began waiting: " << ws.back()->result();
+          return st;
+        }
+        std::this_thread::sleep_for(100ms);
+      }
+      touch("go" + r);
+      if (holder->wait_for_exit(10s) != 0) ADD_FAILURE() << holder->result();
+      for (auto& w : ws)
+        if (w->wait_for_exit(30s) != 0) ADD_FAILURE() << "round " << round << ": " << w->result();
+      const auto got = lines(order);
+      ++st.rounds;
+      if (got != expected) {
+        ++st.out_of_order;
+        st.examples.push_back("round " + r + ": " + join(got));
+      }
+      if (fair) {
+        EXPECT_EQ(got, expected) << "round " << round << ": acquisition order differs from start order";
+        EXPECT_EQ(queued(name), 0) << "round " << round << ": the queue is not empty after the round";
+      }
+    }
+    return st;
+  }
+};
+
+TEST_F(FairOrderTest, FairWaitersAcquireInStartOrderEveryRound) {
+  auto st = run_rounds("fair", true, 20, 5);
+  std::cout << "--fair: " << st.out_of_order << " of " << st.rounds << " rounds out of start order\n";
+  EXPECT_EQ(st.rounds, 20);
+  EXPECT_EQ(st.out_of_order, 0);
+}
+
+TEST_F(FairOrderTest, UnfairWaitersOrderIsRecordedOnly) {
+  auto st = run_rounds("unfair", false, 20, 5);
+  std::cout << "without --fair: " << st.out_of_order << " of " << st.rounds
+            << " rounds acquired in an order other than start order\n";
+  for (const auto& e : st.examples) std::cout << "  " << e << "\n";
+  RecordProperty("unfair_rounds_out_of_order", st.out_of_order);
+  EXPECT_EQ(st.rounds, 20);
+}
+
+// A fair waiter killed while at the head of the queue leaves its place behind; the place expires
+// 3 s after its last try (it tries at least every second), then the next waiters acquire in order.
+TEST_F(HandoverTest, KilledHeadWaiterDoesNotStallFairQueue) {
+  const std::string name = "killhead";
+  const std::vector<std::string> wopts = {"--ttl", "30s", "--fair", "--wait", "60s"};
+  auto holder = start_holder(name, "go", "released", {"--ttl", "30s", "--fair"});
+  std::vector<std::unique_ptr<FencerunProcess>> ws;
+  for (int i = 0; i < 3; ++i) {
+    ws.push_back(start(name, "date +%s%N > acquired" + std::to_string(i) + "; echo " + std::to_string(i) +
+                                 " >> order", wopts));
+    ASSERT_TRUE(wait_queued(name, i + 1)) << ws.back()->result();
+    std::this_thread::sleep_for(150ms);
+  }
+  const auto members = queue_members(name);
+  ASSERT_EQ(members.size(), 3u);
+  const std::string head = members[0];
+
+  ASSERT_TRUE(ws[0]->signal(SIGKILL));
+  ASSERT_TRUE(ws[0]->wait_for_exit(5s));
+  const long long killed_at = wall_ns();
+  touch("go");
+  ASSERT_EQ(holder->wait_for_exit(10s), 0) << holder->result();
+  ASSERT_EQ(ws[1]->wait_for_exit(15s), 0) << ws[1]->result();
+  ASSERT_EQ(ws[2]->wait_for_exit(15s), 0) << ws[2]->result();
+
+  EXPECT_EQ(lines("order"), (std::vector<std::string>{"1", "2"}));
+  const long long next_ms = (stamp("acquired1") - killed_at) / 1'000'000;
+  std::cout << "the next waiter acquired " << next_ms << " ms after the head waiter was killed\n";
+  // 3 s of liveness after its last try (at most 1 s before the kill), plus slack for a busy machine.
+  EXPECT_LT(next_ms, 4500) << "the queue stalled behind the killed waiter";
+  EXPECT_FALSE(in_zset(name, "queue", head));
+  EXPECT_EQ(queued(name), 0);
+}
+
+// Killing a waiter in the middle delays only the waiters behind it; the head acquires at once.
+TEST_F(HandoverTest, KilledMiddleWaiterDelaysOnlyThoseBehindIt) {
+  const std::string name = "killmid";
+  const std::vector<std::string> wopts = {"--ttl", "30s", "--fair", "--wait", "60s"};
+  auto holder = start_holder(name, "go", "released", {"--ttl", "30s", "--fair"});
+  std::vector<std::unique_ptr<FencerunProcess>> ws;
+  for (int i = 0; i < 3; ++i) {
+    ws.push_back(start(name, "date +%s%N > acquired" + std::to_string(i) + "; echo " + std::to_string(i) +
+                                 " >> order", wopts));
+    ASSERT_TRUE(wait_queued(name, i + 1)) << ws.back()->result();
+    std::this_thread::sleep_for(150ms);
+  }
+  ASSERT_TRUE(ws[1]->signal(SIGKILL));
+  ASSERT_TRUE(ws[1]->wait_for_exit(5s));
+  const long long killed_at = wall_ns();
+  touch("go");
+  ASSERT_EQ(holder->wait_for_exit(10s), 0) << holder->result();
+  ASSERT_EQ(ws[0]->wait_for_exit(15s), 0) << ws[0]->result();
+  ASSERT_EQ(ws[2]->wait_for_exit(15s), 0) << ws[2]->result();
+  EXPECT_EQ(lines("order"), (std::vector<std::string>{"0", "2"}));
+  const long long head_ms = (stamp("acquired0") - stamp("released")) / 1'000'000;
+  const long long last_ms = (stamp("acquired2") - killed_at) / 1'000'000;
+  std::cout << "head acquired " << head_ms << " ms after the release; the waiter behind the killed one "
+            << last_ms << " ms after the kill\n";
+  EXPECT_LT(head_ms, 700);
+  EXPECT_LT(last_ms, 4500);
+  EXPECT_EQ(queued(name), 0);
+}
+
+// A fair waiter whose --wait (800ms) runs out leaves the queue as it exits, so the waiter behind it takes
+// the lock as soon as it is released (no 3 s stall for an expired place).
+TEST_F(HandoverTest, FairWaiterWhoseWaitRunsOutLeavesQueue) {
+  const std::string name = "giveup";
+  auto holder = start_holder(name, "go", "released", {"--ttl", "30s", "--fair"});
+  auto quitter = start(name, "echo quitter >> order", {"--ttl", "30s", "--fair", "--wait", "800ms"});
+  ASSERT_TRUE(wait_queued(name, 1, 5s)) << quitter->result();
+  const auto members = queue_members(name);
+  ASSERT_EQ(members.size(), 1u);
+  const std::string place = members[0];
+  auto next = start(name, "date +%s%N > acquired; echo next >> order",
+                    {"--ttl", "30s", "--fair", "--wait", "60s"});
+  ASSERT_TRUE(wait_queued(name, 2, 5s)) << next->result();
+
+  ASSERT_EQ(quitter->wait_for_exit(10s), 75) << quitter->result();
+  EXPECT_FALSE(in_zset(name, "queue", place)) << "the waiter that gave up is still queued";
+  EXPECT_FALSE(in_zset(name, "alive", place)) << "the waiter that gave up still has a liveness entry";
+  EXPECT_EQ(queued(name), 1);
+
+  touch("go");
+  ASSERT_EQ(holder->wait_for_exit(10s), 0) << holder->result();
+  ASSERT_EQ(next->wait_for_exit(10s), 0) << next->result();
+  const long long ms = (stamp("acquired") - stamp("released")) / 1'000'000;
+  std::cout << "the waiter behind the one that gave up acquired " << ms << " ms after the release\n";
+  EXPECT_LT(ms, 700);
+  EXPECT_EQ(lines("order"), (std::vector<std::string>{"next"}));
+}
+
+// A fair waiter stopped by HUP, INT, QUIT or TERM exits 128+N and leaves the queue at once.
+TEST_F(HandoverTest, FairWaiterStoppedBySignalLeavesQueue) {
+  const std::string name = "sig";
+  auto holder = start_holder(name, "go", "released", {"--ttl", "30s", "--fair"});
+  for (int sig : {SIGHUP, SIGINT, SIGQUIT, SIGTERM}) {
+    auto w = start(name, "echo ran >> order", {"--ttl", "30s", "--fair", "--wait", "inf"});
+    ASSERT_TRUE(wait_queued(name, 1, 5s)) << w->result();
+    const auto members = queue_members(name);
+    ASSERT_EQ(members.size(), 1u);
+    ASSERT_TRUE(wait_subscribers(name, 1)) << w->result();  // past its first try: now waiting
+    ASSERT_TRUE(w->signal(sig));
+    ASSERT_EQ(w->wait_for_exit(5s), 128 + sig) << "signal " << sig << ": " << w->result();
+    EXPECT_FALSE(in_zset(name, "queue", members[0])) << "signal " << sig << ": still queued";
+    EXPECT_FALSE(in_zset(name, "alive", members[0])) << "signal " << sig << ": liveness entry left";
+    EXPECT_EQ(queued(name), 0);
+  }
+  touch("go");
+  EXPECT_EQ(holder->wait_for_exit(10s), 0) << holder->result();
+  EXPECT_FALSE(std::filesystem::exists(file("order")));
+}
+
+}  // namespace
+}  // namespace fencerun::test
