@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "supervisor/spawn.hpp"
+#include "subreaper.hpp"
 
 using fencerun::supervisor::resolve_executable;
 using fencerun::supervisor::spawn;
@@ -287,7 +288,9 @@ TEST(spawn, reports_126_for_a_command_that_is_not_executable) {
 }
 
 TEST(spawn, kills_the_command_when_its_parent_dies) {
-  // An intermediate process spawns the command, reports its pid, and is then SIGKILLed.
+  // An intermediate process spawns the command, reports its pid, and is then SIGKILLed. The orphaned
+  // command comes back to this process (subreaper), so its end can be observed exactly.
+  fencerun::test::Subreaper reaper;
   int fds[2];
   ASSERT_EQ(::pipe(fds), 0);
   pid_t middle = ::fork();
@@ -297,8 +300,7 @@ TEST(spawn, kills_the_command_when_its_parent_dies) {
     auto pid = spawn(sleeper());
     pid_t child = pid ? *pid : -1;
     if (::write(fds[1], &child, sizeof child) != sizeof child) ::_exit(2);
-    ::pause();
-    ::_exit(0);
+    for (;;) ::pause();
   }
   ::close(fds[1]);
   pid_t child = -1;
@@ -311,13 +313,9 @@ TEST(spawn, kills_the_command_when_its_parent_dies) {
   int status = 0;
   ASSERT_EQ(::waitpid(middle, &status, 0), middle);
 
-  // The orphan is reparented and reaped elsewhere: wait until it is gone or a zombie.
-  bool dead = false;
-  for (int i = 0; i < 500 && !dead; ++i) {
-    std::string state = status_field(child, "State");
-    dead = state.empty() || state.starts_with("Z") || state.starts_with("X");
-    if (!dead) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_TRUE(dead) << "the command outlived its parent: " << status_field(child, "State");
-  if (!dead) ::kill(child, SIGKILL);
+  auto end = fencerun::test::wait_for_end(child, std::chrono::seconds(5));
+  if (!end) ::kill(child, SIGKILL);
+  ASSERT_TRUE(end.has_value()) << "the command outlived its parent";
+  ASSERT_TRUE(WIFSIGNALED(*end));
+  EXPECT_EQ(WTERMSIG(*end), SIGKILL);
 }

@@ -1,0 +1,119 @@
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "supervisor/spawn.hpp"
+#include "supervisor/watchdog.hpp"
+#include "subreaper.hpp"
+
+using fencerun::supervisor::spawn;
+using fencerun::test::Subreaper;
+using fencerun::test::wait_for_end;
+using fencerun::supervisor::SpawnRequest;
+using fencerun::supervisor::Watchdog;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Started in a throwaway parent process: a watchdog, and a command whose shell leaves a background
+// grandchild in the command's group. The grandchild has no parent-death signal, so only the watchdog
+// can take it down when the parent dies.
+struct Scene {
+  pid_t parent = -1;   // stands in for fencerun
+  pid_t group = -1;    // the command's process group
+  pid_t orphan = -1;   // the background grandchild
+};
+
+Scene start_scene(bool disarm) {
+  std::string pattern = (fs::temp_directory_path() / "fencerun-unit.XXXXXX").string();
+  if (::mkdtemp(pattern.data()) == nullptr) return {};
+  fs::path dir = pattern;
+  fs::path orphan_file = dir / "orphan";
+
+  int fds[2];
+  if (::pipe(fds) != 0) return {};
+  pid_t parent = ::fork();
+  if (parent < 0) return {};
+  if (parent == 0) {
+    ::close(fds[0]);
+    Watchdog watchdog;
+    SpawnRequest request;
+    request.argv = {"/bin/sh", "-c", "sleep 30 & echo $! > \"$0\"; wait", orphan_file.string()};
+    request.env = {"PATH=/usr/bin:/bin"};
+    sigemptyset(&request.mask);
+    auto pid = spawn(request);
+    pid_t group = pid ? *pid : -1;
+    if (pid) watchdog.guard(*pid);
+    if (disarm) watchdog.disarm();
+    if (::write(fds[1], &group, sizeof group) != sizeof group) ::_exit(2);
+    for (;;) ::pause();
+  }
+  ::close(fds[1]);
+  Scene scene;
+  scene.parent = parent;
+  if (::read(fds[0], &scene.group, sizeof scene.group) != sizeof scene.group) scene.group = -1;
+  ::close(fds[0]);
+  for (int i = 0; i < 500 && scene.orphan <= 0; ++i) {
+    std::string text = read_file(orphan_file);
+    if (!text.empty() && text.back() == '\n') scene.orphan = std::atoi(text.c_str());
+    else std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  return scene;
+}
+
+void kill_parent(const Scene& scene) {
+  ::kill(scene.parent, SIGKILL);
+  int status = 0;
+  ::waitpid(scene.parent, &status, 0);
+}
+
+}  // namespace
+
+TEST(watchdog, kills_the_whole_group_when_its_parent_dies) {
+  Subreaper reaper;  // the orphan comes back to this process, so its end can be observed exactly
+  Scene scene = start_scene(false);
+  ASSERT_GT(scene.group, 0);
+  ASSERT_GT(scene.orphan, 0);
+  ASSERT_EQ(::getpgid(scene.orphan), scene.group);
+
+  kill_parent(scene);
+  auto status = wait_for_end(scene.orphan, std::chrono::seconds(5));
+  if (!status) ::kill(-scene.group, SIGKILL);
+  ASSERT_TRUE(status.has_value()) << "a process of the command's group outlived fencerun";
+  ASSERT_TRUE(WIFSIGNALED(*status));
+  EXPECT_EQ(WTERMSIG(*status), SIGKILL);
+}
+
+TEST(watchdog, leaves_the_group_alone_once_disarmed) {
+  // The control for the test above: without an armed watchdog the grandchild survives its parent.
+  Subreaper reaper;
+  Scene scene = start_scene(true);
+  ASSERT_GT(scene.group, 0);
+  ASSERT_GT(scene.orphan, 0);
+  kill_parent(scene);
+  EXPECT_EQ(wait_for_end(scene.orphan, std::chrono::milliseconds(300)), std::nullopt);
+  ::kill(-scene.group, SIGKILL);
+  auto status = wait_for_end(scene.orphan, std::chrono::seconds(5));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(WTERMSIG(*status), SIGKILL);
+}
