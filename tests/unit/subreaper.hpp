@@ -4,7 +4,6 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 
-#include <cerrno>
 #include <chrono>
 #include <optional>
 #include <thread>
@@ -29,14 +28,13 @@ class Subreaper {
   }
 };
 
-// The wait status of `pid` once it ends, or nullopt if it is still running after `timeout`.
+// The wait status of `pid` once it ends, or nullopt if it has not ended (or has not become a child of
+// this process: an orphan is re-parented only once every process between us has gone) by `timeout`.
 inline std::optional<int> wait_for_end(pid_t pid, std::chrono::milliseconds timeout) {
   auto until = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     int status = 0;
-    pid_t got = ::waitpid(pid, &status, WNOHANG);
-    if (got == pid) return status;
-    if (got < 0 && errno != EINTR) return std::nullopt;
+    if (::waitpid(pid, &status, WNOHANG) == pid) return status;
     if (std::chrono::steady_clock::now() >= until) return std::nullopt;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
