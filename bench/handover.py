@@ -565,6 +565,11 @@ def cmd_report(a):
     else:
         w("Every holder's last stamp came before the next holder's first (no overlap) in every cell.")
     w("")
+    w("When the load average is well above the number of CPUs, every step on the path of a hand-over")
+    w("(a process exiting, a waiter waking up, a process starting) first waits for a CPU, so a tool with")
+    w("fewer such steps between release and the next command looks better, and a polling waiter slows")
+    w("everyone down with the CPU its tries cost (section 2).")
+    w("")
     w(f"![hand-over latency by number of waiters](handover.png)")
     w("")
 
@@ -590,14 +595,14 @@ def cmd_report(a):
     w(f"first renewal at ttl/3), redis-server is stopped with SIGSTOP, so no renewal can succeed. fencerun")
     w(f"must signal the command at the point of no return, deadline − grace − margin, and have it dead")
     w(f"before the deadline = acquire + ttl − drift. Here drift = {stop['drift_ms']} ms, grace = "
-      f"{stop['grace_ms']} ms, margin = {stop['margin_ms']} ms, so the point of no return is acquire + "
-      f"{stop['ttl_ms'] - stop['drift_ms'] - stop['grace_ms'] - stop['margin_ms']} ms and the deadline acquire + "
-      f"{stop['ttl_ms'] - stop['drift_ms']} ms.")
+      f"{stop['grace_ms']} ms, margin = {stop['margin_ms']} ms,")
+    w(f"so the point of no return is acquire + {stop['ttl_ms'] - stop['drift_ms'] - stop['grace_ms'] - stop['margin_ms']} ms "
+      f"and the deadline acquire + {stop['ttl_ms'] - stop['drift_ms']} ms.")
     w("The acquire instant is taken as the moment fencerun was started (earlier than the real request),")
     w("so the margins below are conservative. The command's death is seen through a pidfd by an observer")
     w("running at real-time priority" + ("" if stop.get("observer_realtime") else " (not granted in this run: it ran at normal priority)")
-      + "; fencerun's own figure (its `command_stopped` event) is measured on its own clock from its real")
-    w("acquire request.")
+      + ". fencerun's own figure (its `command_stopped`")
+    w("event) is measured on its own clock from its real acquire request.")
     w("")
     w("| command | runs | exit | dead after the point of no return (median / max) | dead before the deadline (median / min) | fencerun's own `before_deadline` |")
     w("|---|---|---|---|---|---|")
