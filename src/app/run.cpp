@@ -243,18 +243,18 @@ int run_locked(const config::Config& c, RunReport& report) {
                                keeper.wake_fd()};
   auto outcome = sup.supervise(watch);
   keeper.stop();
-  report.renewals = keeper.stats().renewals;
-  report.renew_failures = keeper.stats().failures;
-  report.lease_lost = outcome.stopped_for_lease;
-  watchdog->disarm();
-  watchdog.reset();
-
   if (outcome.stopped_for_lease && outcome.command_died_at) {
     auto margin = std::chrono::duration_cast<milliseconds>(keeper.deadline() - *outcome.command_died_at);
     log::event(log::Level::warn, "command_stopped", "the command was stopped before the lease deadline",
                context, {{"before_deadline", config::format_duration(margin)}});
   }
+  // The group is gone: release first (the next waiter is waiting for it), then tidy up.
   release();
+  watchdog->disarm();
+  watchdog.reset();
+  report.renewals = keeper.stats().renewals;
+  report.renew_failures = keeper.stats().failures;
+  report.lease_lost = outcome.stopped_for_lease;
   if (outcome.stopped_for_lease) return c.run.lease_lost_exit_code;
   return exit_code_from_wait_status(outcome.wait_status);
 }

@@ -90,7 +90,10 @@ Result<AcquireResult> LeaseClient::try_acquire(std::string_view owner, std::chro
   std::string ttl_ms = std::to_string(ttl.count());
   std::string pid_text = std::to_string(pid);
   std::string live_ms = std::to_string(fair.liveness.count());
-  std::string_view keys[] = {m_keys.lock, m_keys.token, m_keys.queue, m_keys.alive, m_keys.tickets};
+  // Only fair waiting touches the queue keys; without it the script declares just the two it uses, so a
+  // Cluster slot migration of absent queue keys cannot make the request fail with TRYAGAIN.
+  std::string_view all_keys[] = {m_keys.lock, m_keys.token, m_keys.queue, m_keys.alive, m_keys.tickets};
+  std::span<const std::string_view> keys(all_keys, fair.enabled ? 5 : 2);
   std::string_view args[] = {owner, ttl_ms, pid_text, host, fair.enabled ? "1" : "0", live_ms};
   std::string replicas = std::to_string(ack.replicas);
   std::string wait_ms = std::to_string(ack.timeout.count());

@@ -4,6 +4,8 @@
 
 #include <hiredis/hiredis.h>
 
+#include <unistd.h>
+
 #include <charconv>
 
 #include "redis/transport.hpp"
@@ -138,13 +140,16 @@ Result<std::unique_ptr<Client::Connection>> Client::open_node(const config::Redi
   // AUTH, SELECT and ROLE go out in one write, each only when needed.
   std::string payload;
   std::size_t replies = 0;
-  const bool auth = node.password.has_value();
+  // A user without a password still authenticates (a `nopass` user accepts any password), so a
+  // configured user is never silently replaced by the default one.
+  const bool auth = node.password.has_value() || !node.user.empty();
   if (auth) {
+    std::string_view password = node.password ? std::string_view(*node.password) : std::string_view();
     if (node.user.empty()) {
-      std::string_view argv[] = {"AUTH", *node.password};
+      std::string_view argv[] = {"AUTH", password};
       append_command(payload, argv);
     } else {
-      std::string_view argv[] = {"AUTH", node.user, *node.password};
+      std::string_view argv[] = {"AUTH", node.user, password};
       append_command(payload, argv);
     }
     ++replies;
@@ -219,6 +224,7 @@ Result<void> Client::connect(Deadline deadline) {
     auto master = discover_master(deadline);
     if (!master) return std::unexpected(master.error());
     m_node = std::move(*master);
+    m_master_checked = BootClock::now();
   }
   auto conn = open_node(m_node ? *m_node : m_endpoint, sentinel, deadline);
   if (!conn) {
@@ -229,9 +235,22 @@ Result<void> Client::connect(Deadline deadline) {
   return {};
 }
 
+void Client::recheck_master(Deadline deadline) {
+  if (m_endpoint.transport != config::RedisEndpoint::Transport::sentinel || !m_conn || !m_node) return;
+  if (BootClock::now() - m_master_checked < k_sentinel_recheck) return;
+  auto master = discover_master(deadline);
+  m_master_checked = BootClock::now();
+  if (!master) return;  // sentinels unreachable: keep talking to the master we know
+  if (master->host != m_node->host || master->port != m_node->port) {
+    m_conn.reset();
+    m_node = std::move(*master);
+  }
+}
+
 Result<std::vector<Reply>> Client::send(std::span<const std::vector<std::string_view>> commands, Deadline deadline) {
   std::string payload;
   for (const auto& c : commands) append_command(payload, c);
+  recheck_master(deadline);
   for (int redirects = 0;; ++redirects) {
     if (auto ok = connect(deadline); !ok) return std::unexpected(ok.error());
     auto replies = m_conn->exchange(payload, commands.size(), deadline);
@@ -240,6 +259,12 @@ Result<std::vector<Reply>> Client::send(std::span<const std::vector<std::string_
       return std::unexpected(replies.error());
     }
     const Reply& first = replies->front();
+    if (first.error_is("TRYAGAIN") && BootClock::now() + std::chrono::milliseconds(25) < deadline) {
+      // A multi-key request during a slot migration: refused, not run. Try again shortly.
+      ::usleep(25'000);
+      --redirects;
+      continue;
+    }
     if (first.error_is("READONLY") && m_endpoint.transport == config::RedisEndpoint::Transport::sentinel &&
         redirects < k_max_redirects) {
       // The master we knew was demoted by a failover. The write was refused, so it is safe to ask the
@@ -258,16 +283,22 @@ Result<std::vector<Reply>> Client::send(std::span<const std::vector<std::string_
       m_conn.reset();
       continue;
     }
-    // ASK: this request only, on the importing node, preceded by ASKING.
+    // ASK: this request only, on the importing node. ASKING covers the next command only, so each
+    // command of the request gets its own.
     auto other = open_node(node_endpoint(m_endpoint, *target, tls), false, deadline);
     if (!other) return std::unexpected(other.error());
-    std::string asking;
+    std::string asked;
     std::string_view asking_argv[] = {"ASKING"};
-    append_command(asking, asking_argv);
-    auto answer = (*other)->exchange(asking + payload, commands.size() + 1, deadline);
+    for (const auto& c : commands) {
+      append_command(asked, asking_argv);
+      append_command(asked, c);
+    }
+    auto answer = (*other)->exchange(asked, commands.size() * 2, deadline);
     if (!answer) return std::unexpected(answer.error());
-    answer->erase(answer->begin());
-    return answer;
+    std::vector<Reply> out;
+    out.reserve(commands.size());
+    for (std::size_t i = 1; i < answer->size(); i += 2) out.push_back(std::move((*answer)[i]));
+    return out;
   }
 }
 

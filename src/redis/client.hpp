@@ -60,8 +60,14 @@ class Client {
   Result<config::RedisEndpoint> discover_master(Deadline deadline);
   Result<std::vector<Reply>> send(std::span<const std::vector<std::string_view>> commands, Deadline deadline);
 
+  // Sentinel: look up the master again before a request when the last look-up is older than this,
+  // so a failover is followed even while the old master still answers as one.
+  static constexpr std::chrono::milliseconds k_sentinel_recheck{1000};
+  void recheck_master(Deadline deadline);
+
   config::RedisEndpoint m_endpoint;
   std::optional<config::RedisEndpoint> m_node;  // where to connect instead (sentinel result, MOVED)
+  Deadline m_master_checked{};
   std::unique_ptr<Connection> m_conn;
 };
 
