@@ -1,0 +1,240 @@
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "log/log.hpp"
+#include "supervisor/signals.hpp"
+#include "supervisor/supervisor.hpp"
+#include "util/clock.hpp"
+#include "util/fd.hpp"
+
+using fencerun::BootClock;
+using fencerun::Deadline;
+using fencerun::UniqueFd;
+using fencerun::supervisor::LeaseWatch;
+using fencerun::supervisor::Outcome;
+using fencerun::supervisor::SignalChannel;
+using fencerun::supervisor::StopPolicy;
+using fencerun::supervisor::Supervisor;
+using std::chrono::milliseconds;
+
+namespace {
+
+// A lease as the supervisor sees it: a deadline that renewals move, a lost flag and its wake-up fd.
+class FakeLease {
+ public:
+  explicit FakeLease(Deadline deadline) : m_deadline(deadline.time_since_epoch().count()) {}
+  void set_deadline(Deadline d) { m_deadline.store(d.time_since_epoch().count()); }
+  Deadline deadline() const { return Deadline(BootClock::duration(m_deadline.load())); }
+  void lose() {
+    m_lost.store(true);
+    std::uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(m_wake.get(), &one, sizeof one);
+  }
+  LeaseWatch watch() {
+    return LeaseWatch{[this] { return deadline(); }, [this] { return m_lost.load(); }, m_wake.get()};
+  }
+
+ private:
+  std::atomic<BootClock::rep> m_deadline;
+  std::atomic<bool> m_lost{false};
+  UniqueFd m_wake{::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)};
+};
+
+// grace 400ms and margin 300ms: the stop signal goes out 700ms before the deadline, SIGKILL 300ms before.
+constexpr StopPolicy k_policy{SIGTERM, milliseconds(400), milliseconds(300)};
+
+struct Supervised {
+  Outcome outcome;
+  Deadline started;
+};
+
+// `signals` must exist before any helper thread starts, so that every thread inherits its mask (as in
+// fencerun, where it is created first): a process-directed signal then always reaches the signalfd.
+Supervised supervise(SignalChannel& signals, std::vector<std::string> argv, FakeLease& lease,
+                     StopPolicy policy = k_policy) {
+  Supervisor supervisor(signals, policy, fencerun::log::Context{"unit", "1"});
+  Supervised run{{}, BootClock::now()};
+  auto pid = supervisor.start(std::move(argv), {"PATH=/usr/bin:/bin"});
+  EXPECT_TRUE(pid.has_value()) << (pid ? "" : pid.error().message);
+  if (!pid) return run;
+  run.outcome = supervisor.supervise(lease.watch());
+  return run;
+}
+
+std::vector<std::string> sh(const std::string& script) { return {"/bin/sh", "-c", script}; }
+
+class supervisor : public testing::Test {
+ protected:
+  void SetUp() override { fencerun::log::init(fencerun::log::Level::error, fencerun::log::Format::text); }
+  void TearDown() override { fencerun::log::init(fencerun::log::Level::warn, fencerun::log::Format::text); }
+
+  SignalChannel m_signals;
+};
+
+}  // namespace
+
+TEST_F(supervisor, returns_the_status_of_a_command_that_ends_in_time) {
+  FakeLease lease(BootClock::now() + std::chrono::hours(1));
+  Supervised run = supervise(m_signals, sh("exit 3"), lease);
+  ASSERT_TRUE(WIFEXITED(run.outcome.wait_status));
+  EXPECT_EQ(WEXITSTATUS(run.outcome.wait_status), 3);
+  EXPECT_FALSE(run.outcome.stopped_for_lease);
+  EXPECT_FALSE(run.outcome.killed);
+  EXPECT_TRUE(run.outcome.command_died_at.has_value());
+}
+
+TEST_F(supervisor, reports_a_command_killed_by_a_signal_of_its_own) {
+  FakeLease lease(BootClock::now() + std::chrono::hours(1));
+  Supervised run = supervise(m_signals, sh("kill -SEGV $$"), lease);
+  ASSERT_TRUE(WIFSIGNALED(run.outcome.wait_status));
+  EXPECT_EQ(WTERMSIG(run.outcome.wait_status), SIGSEGV);
+  EXPECT_FALSE(run.outcome.stopped_for_lease);
+}
+
+TEST_F(supervisor, stops_the_command_grace_plus_margin_before_the_deadline) {
+  Deadline deadline = BootClock::now() + milliseconds(1'500);
+  FakeLease lease(deadline);
+  Supervised run = supervise(m_signals, {"sleep", "30"}, lease);
+  ASSERT_TRUE(WIFSIGNALED(run.outcome.wait_status));
+  EXPECT_EQ(WTERMSIG(run.outcome.wait_status), SIGTERM);
+  EXPECT_TRUE(run.outcome.stopped_for_lease);
+  EXPECT_FALSE(run.outcome.killed);
+  ASSERT_TRUE(run.outcome.command_died_at.has_value());
+  EXPECT_GE(*run.outcome.command_died_at, deadline - milliseconds(700));
+  EXPECT_LT(*run.outcome.command_died_at, deadline);
+}
+
+TEST_F(supervisor, sends_the_configured_kill_signal) {
+  Deadline deadline = BootClock::now() + milliseconds(1'500);
+  FakeLease lease(deadline);
+  StopPolicy policy = k_policy;
+  policy.kill_signal = SIGUSR1;
+  Supervised run = supervise(m_signals, {"sleep", "30"}, lease, policy);
+  ASSERT_TRUE(WIFSIGNALED(run.outcome.wait_status));
+  EXPECT_EQ(WTERMSIG(run.outcome.wait_status), SIGUSR1);
+  EXPECT_TRUE(run.outcome.stopped_for_lease);
+}
+
+TEST_F(supervisor, kills_a_command_that_ignores_the_stop_signal_before_the_deadline) {
+  Deadline deadline = BootClock::now() + milliseconds(1'500);
+  FakeLease lease(deadline);
+  Supervised run = supervise(m_signals, sh("trap '' TERM; while :; do sleep 0.1; done"), lease);
+  ASSERT_TRUE(WIFSIGNALED(run.outcome.wait_status));
+  EXPECT_EQ(WTERMSIG(run.outcome.wait_status), SIGKILL);
+  EXPECT_TRUE(run.outcome.stopped_for_lease);
+  EXPECT_TRUE(run.outcome.killed);
+  ASSERT_TRUE(run.outcome.command_died_at.has_value());
+  EXPECT_GE(*run.outcome.command_died_at, deadline - milliseconds(300));
+  EXPECT_LT(*run.outcome.command_died_at, deadline);
+}
+
+TEST_F(supervisor, kills_a_grandchild_that_ignores_the_stop_signal_before_the_deadline) {
+  // The command dies of TERM; its background grandchild ignores TERM and must get SIGKILL in time.
+  Deadline deadline = BootClock::now() + milliseconds(1'500);
+  FakeLease lease(deadline);
+  Supervised run = supervise(m_signals, sh("(trap '' TERM; exec sleep 30) & exec sleep 30"), lease);
+  ASSERT_TRUE(WIFSIGNALED(run.outcome.wait_status));
+  EXPECT_EQ(WTERMSIG(run.outcome.wait_status), SIGTERM);
+  EXPECT_TRUE(run.outcome.killed);
+  ASSERT_TRUE(run.outcome.command_died_at.has_value());
+  EXPECT_LT(*run.outcome.command_died_at, deadline);
+}
+
+TEST_F(supervisor, stops_a_grandchild_of_a_command_that_ignores_the_stop_signal) {
+  // The command ignores TERM; its grandchild does not. Both are gone before the deadline.
+  Deadline deadline = BootClock::now() + milliseconds(1'500);
+  FakeLease lease(deadline);
+  Supervised run =
+      supervise(m_signals, sh("trap '' TERM; (trap - TERM; exec sleep 30) & while :; do sleep 0.1; done"), lease);
+  ASSERT_TRUE(WIFSIGNALED(run.outcome.wait_status));
+  EXPECT_EQ(WTERMSIG(run.outcome.wait_status), SIGKILL);
+  EXPECT_TRUE(run.outcome.killed);
+  ASSERT_TRUE(run.outcome.command_died_at.has_value());
+  EXPECT_LT(*run.outcome.command_died_at, deadline);
+}
+
+TEST_F(supervisor, stops_processes_left_in_the_group_after_the_command_exits) {
+  FakeLease lease(BootClock::now() + std::chrono::hours(1));
+  auto before = BootClock::now();
+  Supervised run = supervise(m_signals, sh("sleep 30 & exit 5"), lease);
+  ASSERT_TRUE(WIFEXITED(run.outcome.wait_status));
+  EXPECT_EQ(WEXITSTATUS(run.outcome.wait_status), 5);
+  EXPECT_FALSE(run.outcome.stopped_for_lease);
+  EXPECT_FALSE(run.outcome.killed);
+  EXPECT_LT(BootClock::now() - before, std::chrono::seconds(10));
+}
+
+TEST_F(supervisor, stops_at_once_when_the_lease_is_already_lost) {
+  FakeLease lease(BootClock::now() + std::chrono::hours(1));
+  lease.lose();
+  auto before = BootClock::now();
+  Supervised run = supervise(m_signals, {"sleep", "30"}, lease);
+  ASSERT_TRUE(WIFSIGNALED(run.outcome.wait_status));
+  EXPECT_EQ(WTERMSIG(run.outcome.wait_status), SIGTERM);
+  EXPECT_TRUE(run.outcome.stopped_for_lease);
+  EXPECT_LT(BootClock::now() - before, std::chrono::seconds(5));
+}
+
+TEST_F(supervisor, wakes_up_when_the_lease_is_lost_while_the_command_runs) {
+  FakeLease lease(BootClock::now() + std::chrono::hours(1));
+  std::atomic<BootClock::rep> lost_at{0};
+  std::thread loser([&] {
+    std::this_thread::sleep_for(milliseconds(300));
+    lost_at.store(BootClock::now().time_since_epoch().count());
+    lease.lose();
+  });
+  Supervised run = supervise(m_signals, {"sleep", "30"}, lease);
+  loser.join();
+  ASSERT_TRUE(WIFSIGNALED(run.outcome.wait_status));
+  EXPECT_EQ(WTERMSIG(run.outcome.wait_status), SIGTERM);
+  EXPECT_TRUE(run.outcome.stopped_for_lease);
+  ASSERT_TRUE(run.outcome.command_died_at.has_value());
+  EXPECT_LT(*run.outcome.command_died_at - Deadline(BootClock::duration(lost_at.load())), std::chrono::seconds(2));
+}
+
+TEST_F(supervisor, follows_a_deadline_that_renewals_move_later) {
+  FakeLease lease(BootClock::now() + milliseconds(1'200));
+  std::atomic<bool> done{false};
+  std::thread renewer([&] {
+    while (!done.load()) {
+      lease.set_deadline(BootClock::now() + milliseconds(1'200));
+      std::this_thread::sleep_for(milliseconds(100));
+    }
+  });
+  Supervised run = supervise(m_signals, sh("sleep 1.5; exit 0"), lease);
+  done.store(true);
+  renewer.join();
+  ASSERT_TRUE(WIFEXITED(run.outcome.wait_status));
+  EXPECT_EQ(WEXITSTATUS(run.outcome.wait_status), 0);
+  EXPECT_FALSE(run.outcome.stopped_for_lease);
+}
+
+TEST_F(supervisor, forwards_signals_to_the_command_group) {
+  FakeLease lease(BootClock::now() + std::chrono::hours(1));
+  std::thread sender([] {
+    std::this_thread::sleep_for(milliseconds(300));
+    ::kill(::getpid(), SIGUSR1);
+  });
+  Supervised run = supervise(m_signals, sh("trap 'exit 42' USR1; while :; do sleep 0.05; done"), lease);
+  sender.join();
+  ASSERT_TRUE(WIFEXITED(run.outcome.wait_status));
+  EXPECT_EQ(WEXITSTATUS(run.outcome.wait_status), 42);
+  EXPECT_FALSE(run.outcome.stopped_for_lease);
+}
+
+TEST_F(supervisor, reports_a_command_that_cannot_be_found) {
+  Supervisor unstarted(m_signals, k_policy, fencerun::log::Context{"unit", "1"});
+  auto pid = unstarted.start({"fencerun-no-such-command"}, {"PATH=/usr/bin:/bin"});
+  ASSERT_FALSE(pid.has_value());
+  EXPECT_EQ(pid.error().exit_code, 127);
+}
