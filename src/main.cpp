@@ -7,6 +7,7 @@
 #include "app/app.hpp"
 #include "cli/parse.hpp"
 #include "config/config.hpp"
+#include "fence/fence.hpp"
 #include "log/log.hpp"
 #include "supervisor/exit_status.hpp"
 #include "supervisor/signals.hpp"
@@ -37,6 +38,7 @@ fencerun::log::Level to_log_level(fencerun::config::LogLevel l) {
 int main(int argc, char** argv) {
   using namespace fencerun;
   try {
+    if (argc > 1 && std::string_view(argv[1]) == "fence") return fence::main(argc - 1, argv + 1);
     auto options = cli::parse(argc, argv);
     if (options.subcommand == config::Subcommand::help) {
       std::fputs(options.help_text.c_str(), stdout);

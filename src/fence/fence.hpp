@@ -1,0 +1,63 @@
+#pragma once
+// `fencerun fence ...`: resource-side guards that admit a write only when its fencing token is not
+// older than the greatest token the resource has accepted (SPEC section 9).
+//
+//   fencerun fence file [--token N] PATH                  stdin replaces PATH
+//   fencerun fence redis [OPTIONS] [--token N] -- CMD...  one script: compare, run CMD, record
+//   fencerun fence sql postgresql                         prints the schema with fencerun_admit()
+//
+// Exit codes: 0 accepted, 77 stale token rejected, 64 usage (also a missing or malformed token: never
+// an implicit accept), 69 Redis unavailable or failing, 1 the write itself failed (I/O error, or an
+// error reply from CMD).
+#include <cstdint>
+#include <expected>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fencerun::fence {
+
+// argv[0] is "fence". Returns the exit code; never throws.
+int main(int argc, const char* const* argv);
+
+// The help text of `fencerun fence --help`.
+std::string help_text();
+
+// Tokens are positive decimal integers below 2^53 (they survive JSON and every SQL bigint).
+inline constexpr std::uint64_t k_token_limit = std::uint64_t{1} << 53;
+
+// Parses a token: digits only (no sign, no spaces), value from 1 to 2^53 - 1. The error says why.
+std::expected<std::uint64_t, std::string> parse_token(std::string_view text);
+
+using GetEnv = std::function<std::optional<std::string>(const char*)>;
+
+// --token when given, else $FENCERUN_TOKEN. Throws UsageError when both are missing or the one used
+// is malformed.
+std::uint64_t resolve_token(const std::optional<std::string>& option, const GetEnv& getenv);
+
+// The one-line message of a rejected write (without the "fencerun: " prefix).
+std::string stale_message(std::uint64_t token, std::string_view resource, std::uint64_t accepted);
+
+// Parsed command lines (exposed for tests).
+struct FileArgs {
+  std::optional<std::string> token;
+  std::string path;
+};
+struct RedisArgs {
+  std::optional<std::string> token;
+  std::optional<std::string> redis_url;
+  std::string timeout = "2s";
+  std::string key_prefix = "fencerun:";
+  std::optional<std::string> resource;
+  std::vector<std::string> command;
+};
+// `args` excludes "fence" and the guard name. Throw UsageError.
+FileArgs parse_file_args(const std::vector<std::string_view>& args);
+RedisArgs parse_redis_args(const std::vector<std::string_view>& args);
+
+// The schema printed by `fencerun fence sql postgresql` (sql/postgresql.sql, embedded at build time).
+std::string_view postgresql_schema();
+
+}  // namespace fencerun::fence

@@ -1,0 +1,298 @@
+// `fencerun fence file`: scenarios with real leases, the crash-recovery rule, and the CLI contract.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <iostream>
+#include <random>
+#include <thread>
+
+#include "fence_harness.hpp"
+#include "util/fd.hpp"
+
+namespace fencerun::test::fence {
+namespace {
+
+class FileKit : public GuardKit {
+ public:
+  explicit FileKit(const std::filesystem::path& dir) : m_data(dir / "data"), m_control(dir / "control") {}
+  std::string name() const override { return "file"; }
+  std::string guarded_body() const override {
+    return "  printf '%s\\n' \"$DATA\" | \"$FENCERUN\" fence file \"$FENCE_FILE\"";
+  }
+  std::string plain_body() const override { return "  printf '%s\\n' \"$DATA\" > \"$FENCE_CONTROL\""; }
+  std::optional<std::string> guarded_value() const override { return value(m_data); }
+  std::optional<std::string> control_value() const override { return value(m_control); }
+  std::optional<long long> recorded_token() const override {
+    auto text = read_file(m_data.string() + ".fence");
+    if (!text) return std::nullopt;
+    return parse_ll(trim(text->substr(0, text->find('\n'))));
+  }
+  EnvList env() const override { return {{"FENCE_FILE", m_data.string()}, {"FENCE_CONTROL", m_control.string()}}; }
+  const std::filesystem::path& data() const { return m_data; }
+
+ private:
+  static std::optional<std::string> value(const std::filesystem::path& p) {
+    auto v = read_file(p);
+    if (!v) return std::nullopt;
+    return trim(*v);
+  }
+  std::filesystem::path m_data, m_control;
+};
+
+// Runs `fencerun fence file ARGS...` with `input` on stdin.
+RunResult fence_file(const TempDir& dir, std::vector<std::string> args, const std::string& input, EnvList env = {}) {
+  static int counter = 0;
+  auto in = dir / ("stdin." + std::to_string(++counter));
+  write_file(in, input);
+  SpawnOptions so;
+  so.env = std::move(env);
+  so.stdin_file = in;
+  so.cwd = dir.path();
+  args.insert(args.begin(), {"fence", "file"});
+  return run_fencerun(std::move(args), so, 30s);
+}
+
+std::vector<std::string> temp_files(const std::filesystem::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    auto n = e.path().filename().string();
+    if (n.size() > 4 && n.front() == '.' && n.substr(n.size() - 4) == ".tmp") out.push_back(n);
+  }
+  return out;
+}
+
+TEST(FenceFile, AcceptsNewerAndEqualRejectsOlderWithBothTokens) {
+  TempDir dir("fence-file");
+  auto r = fence_file(dir, {"--token", "42", "data"}, "first\n");
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(read_file(dir / "data"), "first\n");
+  EXPECT_EQ(read_file(dir / "data.fence"), "42\n");
+
+  r = fence_file(dir, {"--token", "41", "data"}, "stale\n");
+  EXPECT_EQ(r.exit_code, 77) << r;
+  EXPECT_EQ(trim(r.err), "fencerun: stale token 41 rejected for data: it has accepted 42");
+  EXPECT_EQ(read_file(dir / "data"), "first\n");
+
+  r = fence_file(dir, {"data"}, "equal\n", {{"FENCERUN_TOKEN", "42"}});
+  EXPECT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(read_file(dir / "data"), "equal\n");
+
+  r = fence_file(dir, {"--token=43", "data"}, "newer\n", {{"FENCERUN_TOKEN", "1"}});  // option wins
+  EXPECT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(read_file(dir / "data"), "newer\n");
+  EXPECT_EQ(read_file(dir / "data.fence"), "43\n");
+  EXPECT_TRUE(temp_files(dir.path()).empty());
+}
+
+TEST(FenceFile, MissingOrMalformedTokenIsAUsageErrorAndWritesNothing) {
+  TempDir dir("fence-file");
+  for (const auto& env : std::vector<EnvList>{{}, {{"FENCERUN_TOKEN", ""}}, {{"FENCERUN_TOKEN", "abc"}},
+                                              {{"FENCERUN_TOKEN", "-5"}}, {{"FENCERUN_TOKEN", "0"}},
+                                              {{"FENCERUN_TOKEN", "9007199254740992"}},
+                                              {{"FENCERUN_TOKEN", " 5"}}}) {
+    auto r = fence_file(dir, {"data"}, "x\n", env);
+    EXPECT_EQ(r.exit_code, 64) << r;
+    EXPECT_FALSE(std::filesystem::exists(dir / "data"));
+    EXPECT_FALSE(std::filesystem::exists(dir / "data.fence"));
+  }
+  auto r = fence_file(dir, {"--token", "1e5", "data"}, "x\n");
+  EXPECT_EQ(r.exit_code, 64) << r;
+  r = fence_file(dir, {"--token", "9007199254740991", "data"}, "max\n");
+  EXPECT_EQ(r.exit_code, 0) << r;
+  r = fence_file(dir, {"--token", "5"}, "x\n");
+  EXPECT_EQ(r.exit_code, 64) << "missing PATH\n" << r;
+  r = fence_file(dir, {"--token", "5", "a", "b"}, "x\n");
+  EXPECT_EQ(r.exit_code, 64) << r;
+}
+
+TEST(FenceFile, CrashBetweenRecordAndDataRenameMeansTheTokenNeverTookEffect) {
+  TempDir dir("fence-file");
+  ASSERT_EQ(fence_file(dir, {"--token", "42", "data"}, "old\n").exit_code, 0);
+  // State after a crash between the record's rename and the data's rename: the record names the
+  // token 50 and its data temp file, which still exists.
+  write_file(dir / ".data.00112233aabbccdd.tmp", "never landed\n");
+  write_file(dir / "data.fence", "50\npending 42 .data.00112233aabbccdd.tmp\n");
+  auto r = fence_file(dir, {"--token", "45", "data"}, "after crash\n");
+  EXPECT_EQ(r.exit_code, 0) << "50 never took effect, so 45 is not stale\n" << r;
+  EXPECT_EQ(read_file(dir / "data"), "after crash\n");
+  EXPECT_EQ(read_file(dir / "data.fence"), "45\n");
+  EXPECT_FALSE(std::filesystem::exists(dir / ".data.00112233aabbccdd.tmp")) << "the orphan is removed";
+
+  // Crash after the data's rename (temp gone) but before the record was tidied: 50 is in force.
+  write_file(dir / "data.fence", "50\npending 45 .data.00112233aabbccdd.tmp\n");
+  r = fence_file(dir, {"--token", "49", "data"}, "stale\n");
+  EXPECT_EQ(r.exit_code, 77) << r;
+  EXPECT_NE(r.err.find("it has accepted 50"), std::string::npos) << r;
+
+  // A malformed record is never guessed at.
+  write_file(dir / "data.fence", "fifty\n");
+  r = fence_file(dir, {"--token", "99", "data"}, "x\n");
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_EQ(read_file(dir / "data"), "after crash\n");
+}
+
+TEST(FenceFile, LockFileIsNeverReplacedAndModeIsKept) {
+  TempDir dir("fence-file");
+  write_file(dir / "data", "orig\n", 0640);
+  ::chmod((dir / "data").c_str(), 0640);
+  ASSERT_EQ(fence_file(dir, {"--token", "7", "data"}, "one\n").exit_code, 0);
+  struct stat lock1{}, lock2{}, data{};
+  ASSERT_EQ(::stat((dir / "data.fence.lock").c_str(), &lock1), 0);
+  ASSERT_EQ(fence_file(dir, {"--token", "8", "data"}, "two\n").exit_code, 0);
+  ASSERT_EQ(::stat((dir / "data.fence.lock").c_str(), &lock2), 0);
+  EXPECT_EQ(lock1.st_ino, lock2.st_ino) << "every writer must lock the same inode";
+  ASSERT_EQ(::stat((dir / "data").c_str(), &data), 0);
+  EXPECT_EQ(data.st_mode & 07777, 0640u);
+  // PATH in another directory, given with a directory part.
+  std::filesystem::create_directory(dir / "sub");
+  ASSERT_EQ(fence_file(dir, {"--token", "8", "sub/out.json"}, "{}\n").exit_code, 0);
+  EXPECT_EQ(read_file(dir / "sub" / "out.json"), "{}\n");
+  EXPECT_EQ(read_file(dir / "sub" / "out.json.fence"), "8\n");
+}
+
+TEST(FenceFile, HeldLockBlocksWritersAndStaleCheckHappensUnderIt) {
+  TempDir dir("fence-file");
+  ASSERT_EQ(fence_file(dir, {"--token", "10", "data"}, "ten\n").exit_code, 0);
+  // Somebody holds the lock: a writer with an older token that passed the early check waits...
+  UniqueFd lock(::open((dir / "data.fence.lock").c_str(), O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(lock);
+  ASSERT_EQ(::flock(lock.get(), LOCK_EX), 0);
+  write_file(dir / "in11", "eleven\n");
+  write_file(dir / "in12", "twelve\n");
+  SpawnOptions so;
+  so.cwd = dir.path();
+  so.stdin_file = dir / "in11";
+  FencerunProcess w11({"fence", "file", "--token", "11", "data"}, so);
+  std::this_thread::sleep_for(200ms);
+  EXPECT_TRUE(w11.running()) << "the writer must wait for the lock";
+  // ...while a newer token is recorded behind its back (as another writer would have done).
+  write_file(dir / "data", "twelve\n");
+  write_file(dir / "data.fence", "12\n");
+  ::flock(lock.get(), LOCK_UN);
+  auto code = w11.wait_for_exit(10s);
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 77) << w11.result();
+  EXPECT_EQ(read_file(dir / "data"), "twelve\n");
+  EXPECT_TRUE(temp_files(dir.path()).empty()) << "the rejected writer's temp file is removed";
+}
+
+TEST(FenceFile, ConcurrentWritersEndWithTheGreatestToken) {
+  TempDir dir("fence-file");
+  std::vector<std::unique_ptr<FencerunProcess>> procs;
+  std::vector<int> tokens;
+  std::mt19937 rng(7);
+  for (int i = 0; i < 24; ++i) {
+    int t = 100 + static_cast<int>(rng() % 1000);
+    tokens.push_back(t);
+    auto in = dir / ("in" + std::to_string(i));
+    write_file(in, "token " + std::to_string(t) + "\n" + std::string(100000, 'x') + "\n");
+    SpawnOptions so;
+    so.cwd = dir.path();
+    so.stdin_file = in;
+    procs.push_back(std::make_unique<FencerunProcess>(
+        std::vector<std::string>{"fence", "file", "--token", std::to_string(t), "data"}, so));
+  }
+  int accepted = 0;
+  for (auto& p : procs) {
+    auto code = p->wait_for_exit(30s);
+    ASSERT_TRUE(code.has_value());
+    EXPECT_TRUE(*code == 0 || *code == 77) << p->result();
+    accepted += *code == 0;
+  }
+  int greatest = *std::max_element(tokens.begin(), tokens.end());
+  EXPECT_GE(accepted, 1);
+  EXPECT_EQ(read_file(dir / "data.fence"), std::to_string(greatest) + "\n");
+  auto data = read_file(dir / "data");
+  ASSERT_TRUE(data);
+  EXPECT_EQ(data->substr(0, data->find('\n')), "token " + std::to_string(greatest));
+  EXPECT_EQ(data->size(), std::string("token " + std::to_string(greatest) + "\n").size() + 100001);
+  EXPECT_TRUE(temp_files(dir.path()).empty());
+}
+
+TEST(FenceFile, PausedOwnerIsRejected) {
+  Lab lab("fence-file-paused");
+  FileKit kit(lab.dir().path());
+  paused_owner_scenario(lab, kit);
+}
+
+// A's write is issued while A holds the lease: the guard runs and waits for its data, which is still
+// in flight (a FIFO the test holds). A's lease expires, B writes; then A's data arrives: rejected.
+TEST(FenceFile, DelayedRequestIsRejected) {
+  Lab lab("fence-file-delayed");
+  FileKit kit(lab.dir().path());
+  auto fifo = lab.file("a.fifo");
+  auto cfifo = lab.file("a.cfifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  ASSERT_EQ(::mkfifo(cfifo.c_str(), 0600), 0);
+  UniqueFd wr(::open(fifo.c_str(), O_RDWR | O_CLOEXEC));    // never blocks on Linux
+  UniqueFd cwr(::open(cfifo.c_str(), O_RDWR | O_CLOEXEC));
+  ASSERT_TRUE(wr && cwr);
+
+  SpawnOptions so;
+  so.env = kit.env();
+  so.env.emplace_back("FENCERUN", fencerun_path());
+  so.cwd = lab.dir().path();
+  const std::string script =
+      "echo \"$FENCERUN_TOKEN\" > a.token\n"
+      "\"$FENCERUN\" fence file \"$FENCE_FILE\" < a.fifo; echo $? > a.rc\n"
+      // The control: the same delayed write, unguarded.
+      "read line < a.cfifo; printf '%s\\n' \"$line\" > \"$FENCE_CONTROL\"; echo done > a.cdone\n"
+      "sleep 1000\n";
+  FencerunProcess a({"-r", lab.redis().url(), "-t", "300ms", lab.lock(), "--", "sh", "-c", script}, so);
+  auto a_token = wait_for_line(lab.file("a.token"), 10s);
+  ASSERT_TRUE(a_token) << a.result();
+  // The guard has started (while the lease is valid) and spooled nothing yet: its temp file exists.
+  ASSERT_TRUE(wait_until([&] { return !temp_files(lab.dir().path()).empty(); }, 10s)) << a.result();
+  // A's fencerun stops renewing (paused); the request stays in flight.
+  ::kill(a.pid(), SIGSTOP);
+  ASSERT_TRUE(lab.wait_lock_free(10s));
+
+  Owner b(lab, kit, "b", "10s", "5s");
+  b.wait_started();
+  ASSERT_EQ(b.write(), 0) << b.result();
+  ASSERT_EQ(kit.guarded_value(), b.data(0));
+  ASSERT_EQ(kit.control_value(), b.data(0));
+
+  // A's data finally arrives.
+  const std::string a_data = "a " + *a_token + " delayed\n";
+  ASSERT_EQ(::write(wr.get(), a_data.data(), a_data.size()), static_cast<ssize_t>(a_data.size()));
+  wr.reset();
+  auto rc = wait_for_line(lab.file("a.rc"), 10s);
+  ASSERT_TRUE(rc);
+  EXPECT_EQ(*rc, "77") << a.result();
+  EXPECT_EQ(kit.guarded_value(), b.data(0)) << "B's data must be intact";
+  EXPECT_EQ(kit.recorded_token(), b.token());
+  ASSERT_EQ(::write(cwr.get(), a_data.data(), a_data.size()), static_cast<ssize_t>(a_data.size()));
+  ASSERT_TRUE(wait_for_line(lab.file("a.cdone"), 10s));
+  EXPECT_EQ(kit.control_value(), trim(a_data)) << "the unguarded control lets the delayed write through";
+  ::kill(a.pid(), SIGCONT);
+  EXPECT_TRUE(a.wait_for_exit(10s).has_value());
+  EXPECT_EQ(b.finish(), 0) << b.result();
+  EXPECT_NE(a.result().err.find("stale token " + *a_token + " rejected"), std::string::npos) << a.result();
+}
+
+TEST(FenceFile, ManyPausedRounds) {
+  Lab lab("fence-file-rounds");
+  FileKit kit(lab.dir().path());
+  auto start = Clock::now();
+  RoundStats s = run_rounds(lab, kit, 50, 20240611u);
+  std::cout << s.report("file") << " (" << ms_between(start, Clock::now()) << " ms)" << std::endl;
+  RecordProperty("rounds", s.rounds);
+  RecordProperty("stale_attempted", s.stale_attempted);
+  RecordProperty("stale_accepted", s.stale_accepted);
+  RecordProperty("control_stale_applied", s.control_stale_applied);
+  EXPECT_GE(s.rounds, 50);
+  EXPECT_EQ(s.stale_accepted, 0);
+  EXPECT_EQ(s.fresh_rejected, 0);
+  EXPECT_EQ(s.monotonic_violations, 0);
+  EXPECT_GT(s.stale_attempted, 0);
+  EXPECT_EQ(s.control_stale_applied, s.stale_attempted) << "the control must show what the guard stopped";
+  EXPECT_EQ(s.lock_survived, s.lock_checks);
+}
+
+}  // namespace
+}  // namespace fencerun::test::fence

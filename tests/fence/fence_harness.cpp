@@ -1,0 +1,306 @@
+#include "fence_harness.hpp"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+namespace fencerun::test::fence {
+namespace {
+
+// Stopped, or in an uninterruptible wait with SIGSTOP pending (a shell waiting in vfork() for a child
+// that was stopped before it could exec): either way it runs no more code until SIGCONT.
+bool stopped(pid_t pid) {
+  auto st = process_state(pid);
+  return st && (*st == 'T' || *st == 'D');
+}
+
+}  // namespace
+
+std::string fencerun_path() { return fencerun_binary(); }
+
+// ---------------------------------------------------------------------------------------------- Lab
+
+Lab::Lab(std::string lock_name) : m_lock(std::move(lock_name)) {}
+
+bool Lab::wait_lock_free(Clock::duration timeout) {
+  return wait_until([&] { return !m_redis.exists(lock_key(m_lock)); }, timeout, 2ms);
+}
+
+std::optional<std::string> Lab::lock_value() const { return m_redis.get(lock_key(m_lock)); }
+
+// -------------------------------------------------------------------------------------------- Owner
+
+Owner::Owner(Lab& lab, const GuardKit& kit, std::string label, std::string ttl, std::string wait)
+    : m_lab(lab), m_label(std::move(label)) {
+  const std::string& L = m_label;
+  std::string script = "guarded() {\n" + kit.guarded_body() + "\n}\n" +
+                       "plain() {\n" + kit.plain_body() + "\n}\n" +
+                       "echo $$ > " + L + ".pid\n"
+                       "exec 3< " + L + ".ctl\n"
+                       "echo \"$FENCERUN_TOKEN\" > " + L + ".token\n"
+                       "n=0\n"
+                       "while read -r request <&3; do\n"
+                       "  [ \"$request\" = go ] || exit 0\n"
+                       "  DATA=\"" + L + " $FENCERUN_TOKEN $n\"\n"
+                       "  guarded; rc=$?\n"
+                       "  plain\n"
+                       "  echo $rc > " + L + ".rc$n\n"
+                       "  n=$((n+1))\n"
+                       "done\n";
+  auto ctl = lab.file(L + ".ctl");
+  if (::mkfifo(ctl.c_str(), 0600) != 0) throw std::runtime_error("mkfifo " + ctl.string() + " failed");
+  m_ctl.reset(::open(ctl.c_str(), O_RDWR | O_CLOEXEC));
+  if (!m_ctl) throw std::runtime_error("cannot open " + ctl.string());
+  SpawnOptions so;
+  so.env = kit.env();
+  so.env.emplace_back("FENCERUN", fencerun_path());
+  so.cwd = lab.dir().path();
+  m_proc = std::make_unique<FencerunProcess>(
+      std::vector<std::string>{"-r", lab.redis().url(), "-t", ttl, "-w", wait, lab.lock(), "--", "sh", "-c", script},
+      std::move(so));
+}
+
+Owner::~Owner() {
+  if (m_pgid > 0) {
+    ::kill(-m_pgid, SIGCONT);
+    ::kill(-m_pgid, SIGKILL);
+  }
+  if (m_proc->running()) ::kill(m_proc->pid(), SIGCONT);
+  m_proc->kill_and_reap();
+}
+
+void Owner::wait_started(Clock::duration timeout) {
+  std::optional<std::string> token;
+  auto path = m_lab.file(m_label + ".token");
+  wait_until([&] { return (token = wait_for_line(path, 0ms)).has_value() || !m_proc->running(); }, timeout, 2ms);
+  if (!token) token = wait_for_line(path, 0ms);
+  if (!token) {
+    if (!m_proc->running()) throw std::runtime_error("owner " + m_label + " exited before its command ran:\n" + m_proc->result().describe());
+    throw std::runtime_error("owner " + m_label + " did not start in time");
+  }
+  auto t = parse_ll(*token);
+  if (!t) throw std::runtime_error("owner " + m_label + " wrote a malformed token '" + *token + "'");
+  m_token = *t;
+  auto pid = wait_for_pid_file(m_lab.file(m_label + ".pid"), timeout);
+  if (!pid) throw std::runtime_error("owner " + m_label + " wrote no pid");
+  m_cmd_pid = *pid;
+  auto pgid = process_group(m_cmd_pid);
+  if (!pgid) throw std::runtime_error("owner " + m_label + "'s command vanished");
+  m_pgid = *pgid;
+}
+
+std::string Owner::data(int n) const { return m_label + " " + std::to_string(m_token) + " " + std::to_string(n); }
+
+std::optional<int> Owner::write(Clock::duration timeout) {
+  int n = m_writes++;
+  request("go\n");
+  auto line = wait_for_line(m_lab.file(m_label + ".rc" + std::to_string(n)), timeout);
+  if (!line) return std::nullopt;
+  auto rc = parse_ll(*line);
+  if (!rc) return std::nullopt;
+  return static_cast<int>(*rc);
+}
+
+void Owner::request(const std::string& line) {
+  if (::write(m_ctl.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size()))
+    throw std::runtime_error("cannot send a request to owner " + m_label);
+}
+
+void Owner::freeze() {
+  ::kill(m_proc->pid(), SIGSTOP);
+  ::kill(-m_pgid, SIGSTOP);
+  bool ok = wait_until([&] { return stopped(m_proc->pid()) && stopped(m_cmd_pid); }, 5s, 1ms);
+  if (!ok) {
+    auto st = [](pid_t p) { auto s = process_state(p); return s ? std::string(1, *s) : std::string("gone"); };
+    throw std::runtime_error("owner " + m_label + " did not stop: fencerun " + std::to_string(m_proc->pid()) + " " +
+                             st(m_proc->pid()) + ", command " + std::to_string(m_cmd_pid) + " " + st(m_cmd_pid) +
+                             "\n" + m_proc->result().describe());
+  }
+}
+
+void Owner::thaw_command() { ::kill(-m_pgid, SIGCONT); }
+void Owner::thaw_fencerun() { ::kill(m_proc->pid(), SIGCONT); }
+
+std::optional<int> Owner::finish(Clock::duration timeout) {
+  request("exit\n");
+  return m_proc->wait_for_exit(timeout);
+}
+
+// ------------------------------------------------------------------------------------------- rounds
+
+std::string RoundStats::report(const std::string& guard) const {
+  std::ostringstream ss;
+  ss << "[fence " << guard << "] rounds=" << rounds << " writes=" << writes << " accepted=" << accepted
+     << " stale_attempted=" << stale_attempted << " stale_accepted=" << stale_accepted
+     << " fresh_rejected=" << fresh_rejected << " monotonic_violations=" << monotonic_violations
+     << " late_accepted=" << late_accepted << " | unguarded control applied " << control_stale_applied
+     << " of " << stale_attempted << " stale writes over newer data"
+     << " | new owner's lock survived the old owner's release in " << lock_survived << "/" << lock_checks
+     << " rounds";
+  return ss.str();
+}
+
+namespace {
+
+// The model every write is checked against: the greatest accepted token and the data it wrote.
+class Model {
+ public:
+  Model(const GuardKit& kit, RoundStats& stats) : m_kit(kit), m_s(stats) {}
+
+  // One write by `o`; `late` marks a write after o's lease expired with no newer owner yet.
+  void attempt(Owner& o, bool late = false) {
+    const int n = o.writes();
+    const bool stale = o.token() < m_max;
+    auto rc = o.write();
+    ++m_s.writes;
+    if (!rc) {
+      ADD_FAILURE() << m_kit.name() << ": no status for write " << n << " of owner " << o.label();
+      return;
+    }
+    const GuardKit::Snapshot now = m_kit.snapshot();
+    if (stale) {
+      ++m_s.stale_attempted;
+      if (*rc == 0) ++m_s.stale_accepted;
+      EXPECT_EQ(*rc, 77) << m_kit.name() << ": stale write of " << o.label() << " (token " << o.token()
+                         << " < accepted " << m_max << ")";
+      if (*rc != 0) {
+        EXPECT_EQ(now.guarded, m_data) << m_kit.name() << ": newer data must stay intact";
+      }
+      if (now.control == o.data(n)) ++m_s.control_stale_applied;
+    } else {
+      if (*rc != 0) ++m_s.fresh_rejected;
+      EXPECT_EQ(*rc, 0) << m_kit.name() << ": write of " << o.label() << " with token " << o.token()
+                        << " (greatest accepted " << m_max << ") should be accepted";
+    }
+    if (*rc == 0) {
+      ++m_s.accepted;
+      if (late) ++m_s.late_accepted;
+      if (o.token() < m_max) ++m_s.monotonic_violations;
+      m_max = std::max(m_max, o.token());
+      m_data = o.data(n);
+      EXPECT_EQ(now.guarded, m_data) << m_kit.name() << ": accepted write not visible";
+      EXPECT_EQ(now.recorded, m_max) << m_kit.name() << ": recorded token";
+    }
+  }
+
+ private:
+  const GuardKit& m_kit;
+  RoundStats& m_s;
+  long long m_max = 0;
+  std::optional<std::string> m_data;
+};
+
+void check_lock_survives(Lab& lab, Owner& old_owner, const std::optional<std::string>& new_value, RoundStats& s) {
+  old_owner.thaw_fencerun();
+  auto code = old_owner.wait_exit();
+  EXPECT_TRUE(code.has_value()) << "old owner " << old_owner.label() << " did not exit after resuming";
+  ++s.lock_checks;
+  auto now = lab.lock_value();
+  if (new_value && now == new_value) ++s.lock_survived;
+  EXPECT_EQ(now, new_value) << "the old owner's release touched the new owner's lock";
+}
+
+}  // namespace
+
+RoundStats run_rounds(Lab& lab, const GuardKit& kit, int rounds, unsigned seed) {
+  RoundStats s;
+  Model model(kit, s);
+  std::mt19937 rng(seed);
+  const char* ttls[] = {"200ms", "250ms", "300ms"};
+  for (int r = 0; r < rounds && !::testing::Test::HasFatalFailure(); ++r) {
+    ++s.rounds;
+    const std::string ttl = ttls[rng() % 3];
+    Owner a(lab, kit, "a" + std::to_string(r), ttl);
+    a.wait_started();
+    const int pre = static_cast<int>(rng() % 2);
+    for (int i = 0; i < pre; ++i) model.attempt(a);
+    const unsigned variant = rng() % 100;
+    a.freeze();
+    EXPECT_TRUE(lab.wait_lock_free(10s)) << "the frozen owner's lease did not expire";
+    std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 40));
+
+    if (variant < 70) {
+      // (a) B acquires and writes; A resumes and writes with its old token: stale.
+      Owner b(lab, kit, "b" + std::to_string(r), "5s", "5s");
+      b.wait_started();
+      EXPECT_GT(b.token(), a.token());
+      const int bw = 1 + static_cast<int>(rng() % 2);
+      for (int i = 0; i < bw; ++i) model.attempt(b);
+      a.thaw_command();
+      const int aw = 1 + static_cast<int>(rng() % 2);
+      for (int i = 0; i < aw; ++i) model.attempt(a);
+      check_lock_survives(lab, a, lab.lock_value(), s);
+      if (rng() % 2) model.attempt(b);
+      EXPECT_EQ(b.finish(), 0) << b.result();
+    } else if (variant < 85) {
+      // (b) B holds the lock but has not written when A's write arrives: nothing newer was accepted,
+      // so A's write goes in; B's later write follows it; a second A write is then stale.
+      Owner b(lab, kit, "b" + std::to_string(r), "5s", "5s");
+      b.wait_started();
+      a.thaw_command();
+      model.attempt(a);
+      model.attempt(b);
+      if (rng() % 2) model.attempt(a);
+      check_lock_survives(lab, a, lab.lock_value(), s);
+      EXPECT_EQ(b.finish(), 0) << b.result();
+    } else {
+      // (c) Nobody acquired in the meantime: A's late write is not stale (no newer token exists).
+      a.thaw_command();
+      model.attempt(a, /*late=*/true);
+      a.thaw_fencerun();
+      EXPECT_TRUE(a.wait_exit().has_value());
+      Owner b(lab, kit, "b" + std::to_string(r), "5s", "5s");
+      b.wait_started();
+      model.attempt(b);
+      EXPECT_EQ(b.finish(), 0) << b.result();
+    }
+  }
+  return s;
+}
+
+void paused_owner_scenario(Lab& lab, const GuardKit& kit) {
+  Owner a(lab, kit, "a", "300ms");
+  a.wait_started();
+  ASSERT_EQ(a.write(), 0) << "A's write while its lease is valid\n" << a.result();
+  EXPECT_EQ(kit.guarded_value(), a.data(0));
+
+  a.freeze();
+  ASSERT_TRUE(lab.wait_lock_free(10s)) << "A's lease did not expire while A was frozen";
+
+  Owner b(lab, kit, "b", "10s", "5s");
+  b.wait_started();
+  ASSERT_GT(b.token(), a.token());
+  ASSERT_EQ(b.write(), 0) << b.result();
+  EXPECT_EQ(kit.guarded_value(), b.data(0));
+  EXPECT_EQ(kit.recorded_token(), b.token());
+  const auto b_lock = lab.lock_value();
+  ASSERT_TRUE(b_lock.has_value());
+
+  // A wakes up believing it still holds the lease and writes with its old token.
+  a.thaw_command();
+  EXPECT_EQ(a.write(), 77) << "A's stale write must be rejected\n" << a.result();
+  EXPECT_EQ(kit.guarded_value(), b.data(0)) << "B's data must be intact";
+  EXPECT_EQ(kit.recorded_token(), b.token());
+  // The control: the same stale write without a guard overwrote B's data.
+  EXPECT_EQ(kit.control_value(), a.data(1)) << "the unguarded control should show the lost update";
+
+  a.thaw_fencerun();
+  auto code = a.wait_exit();
+  ASSERT_TRUE(code.has_value());
+  const std::string err = a.result().err;
+  EXPECT_NE(err.find("stale token " + std::to_string(a.token()) + " rejected"), std::string::npos) << err;
+  EXPECT_NE(err.find("it has accepted " + std::to_string(b.token())), std::string::npos) << err;
+  EXPECT_EQ(lab.lock_value(), b_lock) << "A's release must not touch B's lock";
+
+  ASSERT_EQ(b.write(), 0);  // B still writes (equal token accepted again)
+  EXPECT_EQ(kit.guarded_value(), b.data(1));
+  EXPECT_EQ(b.finish(), 0) << b.result();
+}
+
+}  // namespace fencerun::test::fence

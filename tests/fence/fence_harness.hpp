@@ -1,0 +1,142 @@
+#pragma once
+// Scenario harness for the fence guards. Leases and tokens are real: every owner is a fencerun process
+// holding a lease in a real redis-server, and its command (a small shell loop) writes through the
+// guard on request, with the token fencerun put in its environment. A guard under test is described
+// by a GuardKit: a shell function that writes "$DATA" through the guard (status 0 accepted, 77 stale),
+// the same write without any guard (the control), and readers for both resources.
+#include <sys/types.h>
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "support/process.hpp"
+#include "support/redis_server.hpp"
+#include "support/util.hpp"
+#include "util/fd.hpp"
+
+namespace fencerun::test::fence {
+
+class GuardKit {
+ public:
+  virtual ~GuardKit() = default;
+  virtual std::string name() const = 0;
+  // Body of the shell function `guarded`: writes "$DATA" through the guard with $FENCERUN_TOKEN;
+  // returns 0 accepted, 77 stale token, anything else a failure.
+  virtual std::string guarded_body() const = 0;
+  // Body of the shell function `plain`: the same write with no guard at all.
+  virtual std::string plain_body() const = 0;
+  // What each resource holds now (nullopt: nothing written yet).
+  virtual std::optional<std::string> guarded_value() const = 0;
+  virtual std::optional<std::string> control_value() const = 0;
+  // The greatest token the guarded resource has recorded (nullopt: none).
+  virtual std::optional<long long> recorded_token() const = 0;
+  // Variables the shell functions need.
+  virtual EnvList env() const = 0;
+
+  // All three at once (one query where reading is costly).
+  struct Snapshot {
+    std::optional<std::string> guarded, control;
+    std::optional<long long> recorded;
+  };
+  virtual Snapshot snapshot() const { return {guarded_value(), control_value(), recorded_token()}; }
+};
+
+// One lock, its Redis server and a work directory shared by the owners of a test.
+class Lab {
+ public:
+  explicit Lab(std::string lock_name);
+  RedisServer& redis() { return m_redis; }
+  const std::string& lock() const { return m_lock; }
+  const TempDir& dir() const { return m_dir; }
+  std::filesystem::path file(std::string_view name) const { return m_dir / name; }
+  // Waits until the lock key is gone (the lease expired or was released); false on timeout.
+  bool wait_lock_free(Clock::duration timeout);
+  std::optional<std::string> lock_value() const;
+
+ private:
+  RedisServer m_redis;
+  std::string m_lock;
+  TempDir m_dir{"fence"};
+};
+
+// A lease holder: `fencerun -r URL -t TTL -w WAIT LOCK -- sh -c LOOP`. The loop records its pid and
+// token, then reads requests from the FIFO <label>.ctl: "go" performs the next write n (guarded
+// write, then the unguarded control write, then the guard's status to <label>.rc<n>), anything else
+// ends the command.
+class Owner {
+ public:
+  Owner(Lab& lab, const GuardKit& kit, std::string label, std::string ttl, std::string wait = "0");
+  ~Owner();
+  Owner(const Owner&) = delete;
+  Owner& operator=(const Owner&) = delete;
+
+  const std::string& label() const { return m_label; }
+  // Waits until the command runs (the lease is held); throws when fencerun exits first.
+  void wait_started(Clock::duration timeout = 10s);
+  long long token() const { return m_token; }
+  pid_t fencerun_pid() const { return m_proc->pid(); }
+  pid_t command_pid() const { return m_cmd_pid; }
+  // The data the n-th write of this owner carries.
+  std::string data(int n) const;
+  // Asks for the next write and waits for the guard's status (nullopt: no answer in time, e.g. the
+  // command was stopped).
+  std::optional<int> write(Clock::duration timeout = 20s);
+  int writes() const { return m_writes; }
+
+  // SIGSTOP fencerun and the command's whole process group: a paused owner.
+  void freeze();
+  void thaw_command();   // SIGCONT the command's group (fencerun stays stopped)
+  void thaw_fencerun();  // SIGCONT fencerun
+  // Lets the command end and waits for fencerun's exit code.
+  std::optional<int> finish(Clock::duration timeout = 20s);
+  std::optional<int> wait_exit(Clock::duration timeout = 20s) { return m_proc->wait_for_exit(timeout); }
+  RunResult result() const { return m_proc->result(); }
+  bool running() { return m_proc->running(); }
+
+ private:
+  void request(const std::string& line);
+
+  Lab& m_lab;
+  std::string m_label;
+  UniqueFd m_ctl;  // the request FIFO, held open read-write (so neither side blocks on open)
+  std::unique_ptr<FencerunProcess> m_proc;
+  pid_t m_cmd_pid = -1;
+  pid_t m_pgid = -1;
+  long long m_token = 0;
+  int m_writes = 0;
+};
+
+// What the randomized pause/resume rounds saw.
+struct RoundStats {
+  int rounds = 0;
+  int writes = 0;
+  int accepted = 0;
+  int stale_attempted = 0;        // writes whose token was older than one already accepted
+  int stale_accepted = 0;         // ... that the guard let through (must be 0)
+  int fresh_rejected = 0;         // writes that were not stale but got rejected (must be 0)
+  int control_stale_applied = 0;  // stale writes the unguarded control applied over newer data
+  int monotonic_violations = 0;   // accepted writes older than an earlier accepted one (must be 0)
+  int lock_survived = 0;          // rounds in which the new owner's lock survived the old owner's exit
+  int lock_checks = 0;
+  int late_accepted = 0;          // writes after the lease expired with no newer owner: accepted
+  std::string report(const std::string& guard) const;
+};
+
+// `rounds` randomized rounds: owner A (short TTL) writes 0-2 times while valid, is frozen past its
+// TTL, then, at random, (a) B acquires and writes before A resumes and tries again with its old
+// token (stale), (b) B acquires but has not written yet when A resumes, or (c) nobody acquires before
+// A resumes. Every write is checked against a model of the greatest accepted token.
+RoundStats run_rounds(Lab& lab, const GuardKit& kit, int rounds, unsigned seed);
+
+// Scenario 1 once, with assertions on everything: A frozen past its TTL, B writes through the guard,
+// A resumes and writes with its old token: rejected (77), B's data intact, while the unguarded
+// control lets A's stale write overwrite B's.
+void paused_owner_scenario(Lab& lab, const GuardKit& kit);
+
+std::string fencerun_path();
+
+}  // namespace fencerun::test::fence

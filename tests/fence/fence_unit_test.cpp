@@ -1,0 +1,108 @@
+// The pure parts of the fence guards: token parsing, argument parsing, the file guard's side record.
+#include <gtest/gtest.h>
+
+#include "fence/fence.hpp"
+#include "fence/file_guard.hpp"
+#include "fence/redis_guard.hpp"
+#include "util/error.hpp"
+
+namespace fencerun::fence {
+namespace {
+
+GetEnv env_of(std::optional<std::string> token) {
+  return [token](const char* name) -> std::optional<std::string> {
+    if (std::string_view(name) == "FENCERUN_TOKEN") return token;
+    return std::nullopt;
+  };
+}
+
+TEST(FenceToken, ParsesPositiveDecimalsBelowTwoToThe53) {
+  EXPECT_EQ(parse_token("1"), 1u);
+  EXPECT_EQ(parse_token("1718000000000123"), 1718000000000123u);
+  EXPECT_EQ(parse_token("9007199254740991"), 9007199254740991u);
+  for (const char* bad : {"", "0", "00", "-1", "+1", " 1", "1 ", "1.0", "1e5", "0x10", "abc",
+                          "9007199254740992", "18446744073709551616", "99999999999999999999999"})
+    EXPECT_FALSE(parse_token(bad).has_value()) << "'" << bad << "'";
+}
+
+TEST(FenceToken, OptionBeatsEnvironmentAndNothingIsNeverAnAccept) {
+  EXPECT_EQ(resolve_token(std::string("5"), env_of("7")), 5u);
+  EXPECT_EQ(resolve_token(std::nullopt, env_of("7")), 7u);
+  EXPECT_THROW(resolve_token(std::nullopt, env_of(std::nullopt)), UsageError);
+  EXPECT_THROW(resolve_token(std::nullopt, env_of("")), UsageError);
+  EXPECT_THROW(resolve_token(std::string("x"), env_of("7")), UsageError);  // a bad option is not skipped
+  EXPECT_THROW(resolve_token(std::nullopt, env_of("0")), UsageError);
+}
+
+TEST(FenceToken, StaleMessageNamesBothTokens) {
+  EXPECT_EQ(stale_message(41, "PATH", 42), "stale token 41 rejected for PATH: it has accepted 42");
+}
+
+TEST(FenceArgs, File) {
+  auto a = parse_file_args({"--token", "5", "out.json"});
+  EXPECT_EQ(a.token, "5");
+  EXPECT_EQ(a.path, "out.json");
+  a = parse_file_args({"out.json", "--token=6"});
+  EXPECT_EQ(a.token, "6");
+  a = parse_file_args({"--", "-weird-name"});
+  EXPECT_EQ(a.path, "-weird-name");
+  EXPECT_FALSE(a.token);
+  EXPECT_THROW(parse_file_args({}), UsageError);
+  EXPECT_THROW(parse_file_args({"a", "b"}), UsageError);
+  EXPECT_THROW(parse_file_args({"--token"}), UsageError);
+  EXPECT_THROW(parse_file_args({"--bogus", "a"}), UsageError);
+  EXPECT_THROW(parse_file_args({"dir/"}), UsageError);
+}
+
+TEST(FenceArgs, RedisPassesCommandThroughUntouched) {
+  auto a = parse_redis_args({"-r", "redis://h:1", "--timeout=5s", "--key-prefix", "p:", "--resource", "orders",
+                             "--token", "9", "--", "SET", "k", "[%s]", "a,b", "--token", "1", "--"});
+  EXPECT_EQ(a.redis_url, "redis://h:1");
+  EXPECT_EQ(a.timeout, "5s");
+  EXPECT_EQ(a.key_prefix, "p:");
+  EXPECT_EQ(a.resource, "orders");
+  EXPECT_EQ(a.token, "9");
+  EXPECT_EQ(a.command, (std::vector<std::string>{"SET", "k", "[%s]", "a,b", "--token", "1", "--"}));
+  a = parse_redis_args({"--resource=r", "GET", "-k"});  // CMD starts at the first non-option
+  EXPECT_EQ(a.command, (std::vector<std::string>{"GET", "-k"}));
+  EXPECT_THROW(parse_redis_args({"--resource", "r"}), UsageError);
+  EXPECT_THROW(parse_redis_args({"--resource", "r", "--"}), UsageError);
+  EXPECT_THROW(parse_redis_args({"-x", "--", "PING"}), UsageError);
+  EXPECT_EQ(fence_key("fencerun:", "orders"), "fencerun:{orders}:fence");
+}
+
+TEST(FenceSideRecord, ParseFormatAndTheEffectiveToken) {
+  auto r = parse_side_record("42\n");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->token, 42u);
+  EXPECT_FALSE(r->pending);
+  EXPECT_EQ(effective_token(*r, true), 42u);
+  EXPECT_TRUE(parse_side_record("42"));  // seeded by hand without a newline
+
+  r = parse_side_record("50\npending 42 .data.0011.tmp\n");
+  ASSERT_TRUE(r);
+  ASSERT_TRUE(r->pending);
+  EXPECT_EQ(r->pending->previous, 42u);
+  EXPECT_EQ(r->pending->temp_name, ".data.0011.tmp");
+  EXPECT_EQ(effective_token(*r, /*temp_exists=*/true), 42u) << "the data never landed";
+  EXPECT_EQ(effective_token(*r, /*temp_exists=*/false), 50u) << "the data landed";
+  EXPECT_EQ(format_side_record(*r), "50\npending 42 .data.0011.tmp\n");
+  r = parse_side_record("50\npending 0 .data.0011.tmp\n");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(effective_token(*r, true), 0u);
+
+  for (const char* bad : {"", "\n", "x\n", "0\n", "-3\n", "9007199254740992\n", "50\ngarbage\n",
+                          "50\npending 42\n", "50\npending 51 .a.tmp\n", "50\npending 42 ../evil.tmp\n",
+                          "50\npending 42 .a/b.tmp\n", "50\npending 42 data\n", "50\npending 42 .a.tmp\nmore\n"})
+    EXPECT_FALSE(parse_side_record(bad).has_value()) << "'" << bad << "'";
+}
+
+TEST(FenceHelp, MentionsEveryGuard) {
+  auto h = help_text();
+  for (const char* word : {"fence file", "fence redis", "fence sql postgresql", "FENCERUN_TOKEN", "77", "64"})
+    EXPECT_NE(h.find(word), std::string::npos) << word;
+  EXPECT_NE(postgresql_schema().find("CREATE OR REPLACE FUNCTION fencerun_admit"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fencerun::fence
