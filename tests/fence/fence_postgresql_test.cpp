@@ -265,7 +265,8 @@ std::string schema_text() {
 
 // Loads the printed schema (idempotent) and a data and a control table.
 void load_schema(const PgServer& pg) {
-  auto file = std::filesystem::path(::testing::TempDir()) / "fencerun-schema.sql";
+  TempDir dir("pg-schema");
+  auto file = dir / "schema.sql";
   write_file(file, schema_text() +
                        "CREATE TABLE IF NOT EXISTS fence_data (k text PRIMARY KEY, v text);\n"
                        "CREATE TABLE IF NOT EXISTS control_data (k text PRIMARY KEY, v text);\n");
