@@ -1,18 +1,51 @@
 # bash completion for fencerun                                  -*- shell-script -*-
 
+# True when option $1 takes a value in the next word.
+__fencerun_takes_value()
+{
+    case $1 in
+        -r | --redis | -t | --ttl | --renew | --grace | --kill-signal | -w | --wait | -E | \
+            --conflict-exit-code | --lease-lost-exit-code | --timeout | --key-prefix | --log-format | \
+            --metrics-file | --min-replicas | --replica-timeout | --tls-ca-file | --tls-cert | \
+            --tls-key | --tls-server-name | --token | --resource)
+            return 0
+            ;;
+    esac
+    return 1
+}
+
 _fencerun()
 {
     local cur prev words cword split
     _init_completion -s || return
 
-    local i subcommand=""
-    # Everything after `--` is the command to run: complete it as a command line of its own.
+    # The subcommand (or, without one, the lock NAME) is the first word that is not an option or an
+    # option's value; everything after `--` is the command to run.
+    local i subcommand="" sub_at=0 dashdash=0
     for ((i = 1; i < cword; i++)); do
         if [[ ${words[i]} == -- ]]; then
-            _command_offset $((i + 1))
-            return
+            dashdash=$i
+            break
+        fi
+        if [[ -z $subcommand ]]; then
+            if __fencerun_takes_value "${words[i]}"; then
+                ((i++))
+            elif [[ ${words[i]} != -* ]]; then
+                subcommand=${words[i]}
+                sub_at=$i
+            fi
         fi
     done
+
+    if [[ $subcommand == fence ]]; then
+        _fencerun_fence
+        return
+    fi
+
+    if ((dashdash > 0)); then
+        _command_offset $((dashdash + 1))
+        return
+    fi
 
     case $prev in
         --kill-signal)
@@ -24,7 +57,7 @@ _fencerun()
             return
             ;;
         -r | --redis)
-            COMPREPLY=($(compgen -W 'redis:// rediss:// unix://' -- "$cur"))
+            COMPREPLY=($(compgen -W 'redis:// rediss:// unix:// redis+sentinel:// rediss+sentinel://' -- "$cur"))
             compopt -o nospace
             return
             ;;
@@ -32,38 +65,33 @@ _fencerun()
             COMPREPLY=($(compgen -W '0 10s 1m 10m inf' -- "$cur"))
             return
             ;;
+        --metrics-file | --tls-ca-file | --tls-cert | --tls-key)
+            _filedir
+            return
+            ;;
+        --tls-server-name)
+            _known_hosts_real -- "$cur"
+            return
+            ;;
         -t | --ttl | --renew | --grace | --timeout | -E | --conflict-exit-code | \
-            --lease-lost-exit-code | --key-prefix)
+            --lease-lost-exit-code | --key-prefix | --min-replicas | --replica-timeout)
             # A value of the user's own: nothing to offer.
             return
             ;;
     esac
     [[ $split == true ]] && return
 
-    # The subcommand is the first word that is not an option or an option's value.
-    for ((i = 1; i < cword; i++)); do
-        case ${words[i]} in
-            -r | --redis | -t | --ttl | --renew | --grace | --kill-signal | -w | --wait | -E | \
-                --conflict-exit-code | --lease-lost-exit-code | --timeout | --key-prefix | --log-format)
-                ((i++))
-                ;;
-            -*) ;;
-            *)
-                subcommand=${words[i]}
-                break
-                ;;
-        esac
-    done
-
-    local common='-r --redis --timeout --key-prefix -v --verbose -q --quiet --log-format -h --help'
-    local run_opts='-t --ttl --renew --grace --kill-signal -w --wait -E --conflict-exit-code
-        --lease-lost-exit-code --shell'
+    local connection='-r --redis --timeout --key-prefix --tls-ca-file --tls-cert --tls-key
+        --tls-server-name --tls-insecure -v --verbose -q --quiet --log-format -h --help'
+    local run_opts='-t --ttl --renew --grace --kill-signal -w --wait --fair -E --conflict-exit-code
+        --lease-lost-exit-code --shell --metrics-file --min-replicas --replica-timeout'
 
     if [[ $cur == -* ]]; then
         case $subcommand in
-            status) COMPREPLY=($(compgen -W "$common --json" -- "$cur")) ;;
-            run) COMPREPLY=($(compgen -W "$common $run_opts --" -- "$cur")) ;;
-            "") COMPREPLY=($(compgen -W "$common $run_opts --version --" -- "$cur")) ;;
+            status) COMPREPLY=($(compgen -W "$connection --json" -- "$cur")) ;;
+            acl) COMPREPLY=($(compgen -W "--key-prefix --delex -h --help" -- "$cur")) ;;
+            run) COMPREPLY=($(compgen -W "$connection $run_opts --" -- "$cur")) ;;
+            "") COMPREPLY=($(compgen -W "$connection $run_opts --version --" -- "$cur")) ;;
             *) COMPREPLY=($(compgen -W "--" -- "$cur")) ;;
         esac
         [[ ${COMPREPLY-} == *= ]] && compopt -o nospace
@@ -71,10 +99,59 @@ _fencerun()
     fi
 
     if [[ -z $subcommand ]]; then
-        COMPREPLY=($(compgen -W 'run status' -- "$cur"))
+        COMPREPLY=($(compgen -W 'run status acl fence' -- "$cur"))
     fi
     # Otherwise a lock NAME is expected: those live in Redis, so nothing is offered.
-} &&
-    complete -F _fencerun fencerun
+}
+
+# fencerun fence file|redis|sql ...: the resource-side guards.
+_fencerun_fence()
+{
+    local guard="" j
+    for ((j = sub_at + 1; j < cword; j++)); do
+        [[ ${words[j]} == -- ]] && break
+        if [[ -z $guard && ${words[j]} != -* ]]; then
+            guard=${words[j]}
+            break
+        fi
+    done
+
+    if [[ -z $guard ]]; then
+        COMPREPLY=($(compgen -W 'file redis sql --help' -- "$cur"))
+        return
+    fi
+    # After `--` comes a Redis command (fence redis): nothing to offer.
+    ((dashdash > 0)) && return
+
+    case $prev in
+        -r | --redis)
+            COMPREPLY=($(compgen -W 'redis:// rediss:// unix:// redis+sentinel:// rediss+sentinel://' -- "$cur"))
+            compopt -o nospace
+            return
+            ;;
+        --token | --timeout | --key-prefix | --resource)
+            return
+            ;;
+    esac
+    [[ $split == true ]] && return
+
+    case $guard in
+        file)
+            if [[ $cur == -* ]]; then
+                COMPREPLY=($(compgen -W '--token --help' -- "$cur"))
+            else
+                _filedir
+            fi
+            ;;
+        redis)
+            COMPREPLY=($(compgen -W '-r --redis --timeout --key-prefix --resource --token --help --' -- "$cur"))
+            ;;
+        sql)
+            COMPREPLY=($(compgen -W 'postgresql' -- "$cur"))
+            ;;
+    esac
+}
+
+complete -F _fencerun fencerun
 
 # ex: filetype=sh

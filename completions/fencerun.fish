@@ -5,8 +5,8 @@ function __fencerun_before_dashdash
     not contains -- -- (commandline -opc)
 end
 
-# True when no subcommand or lock name has been given yet.
-function __fencerun_needs_subcommand
+# The subcommand or lock NAME: the first word that is not an option or an option's value.
+function __fencerun_first_word
     set -l tokens (commandline -opc)
     set -e tokens[1]
     set -l skip 0
@@ -16,22 +16,68 @@ function __fencerun_needs_subcommand
             continue
         end
         switch $t
-            case -r --redis -t --ttl --renew --grace --kill-signal -w --wait -E --conflict-exit-code --lease-lost-exit-code --timeout --key-prefix --log-format
+            case --
+                return 1
+            case -r --redis -t --ttl --renew --grace --kill-signal -w --wait -E --conflict-exit-code --lease-lost-exit-code --timeout --key-prefix --log-format --metrics-file --min-replicas --replica-timeout --tls-ca-file --tls-cert --tls-key --tls-server-name
                 set skip 1
             case '-*'
             case '*'
-                return 1
+                echo $t
+                return 0
         end
     end
-    return 0
+    return 1
 end
 
-function __fencerun_using_status
-    contains -- status (commandline -opc)
+# True when no subcommand or lock name has been given yet.
+function __fencerun_needs_subcommand
+    not __fencerun_first_word >/dev/null
 end
 
-# After `--`: complete the command and its arguments.
+# True when the subcommand is $argv[1].
+function __fencerun_using
+    set -l w (__fencerun_first_word)
+    test "$w" = $argv[1]
+end
+
+# True when the run options apply: no subcommand yet, `run`, or a lock NAME.
+function __fencerun_run_form
+    set -l w (__fencerun_first_word)
+    not contains -- "$w" status acl fence
+end
+
+# fence: the guard given after `fence`, if any.
+function __fencerun_fence_guard
+    set -l tokens (commandline -opc)
+    set -l i (contains -i -- fence $tokens)
+    or return 1
+    for t in $tokens[(math $i + 1)..-1]
+        switch $t
+            case --
+                return 1
+            case '-*'
+            case '*'
+                echo $t
+                return 0
+        end
+    end
+    return 1
+end
+
+function __fencerun_fence_needs_guard
+    __fencerun_using fence; and not __fencerun_fence_guard >/dev/null
+end
+
+function __fencerun_fence_using
+    __fencerun_using fence; or return 1
+    set -l g (__fencerun_fence_guard)
+    test "$g" = $argv[1]
+end
+
+# After `--`: complete the command and its arguments (not for `fence redis`, where a Redis
+# command follows).
 function __fencerun_command_complete
+    __fencerun_using fence; and return
     set -l tokens (commandline -opc)
     set -l i (contains -i -- -- $tokens)
     set -l rest $tokens[(math $i + 1)..-1] (commandline -ct)
@@ -40,32 +86,62 @@ end
 
 complete -c fencerun -f
 
-complete -c fencerun -n '__fencerun_before_dashdash; and __fencerun_needs_subcommand' -a run -d 'Run COMMAND under a lock'
-complete -c fencerun -n '__fencerun_before_dashdash; and __fencerun_needs_subcommand' -a status -d 'Show who holds a lock'
+set -l needs_sub '__fencerun_before_dashdash; and __fencerun_needs_subcommand'
+complete -c fencerun -n $needs_sub -a run -d 'Run COMMAND under a lock'
+complete -c fencerun -n $needs_sub -a status -d 'Show who holds a lock'
+complete -c fencerun -n $needs_sub -a acl -d 'Print the least-privilege Redis ACL rule'
+complete -c fencerun -n $needs_sub -a fence -d 'Resource-side guards that reject stale tokens'
 
-# Options of every form
-complete -c fencerun -n __fencerun_before_dashdash -s r -l redis -x -a 'redis:// rediss:// unix://' -d 'Where the lock lives'
-complete -c fencerun -n __fencerun_before_dashdash -l timeout -x -d 'Bound on any single Redis request'
-complete -c fencerun -n __fencerun_before_dashdash -l key-prefix -x -d 'Prefix of every key fencerun writes'
-complete -c fencerun -n __fencerun_before_dashdash -s v -l verbose -d 'More log output (repeat for debug)'
-complete -c fencerun -n __fencerun_before_dashdash -s q -l quiet -d 'Log errors only'
-complete -c fencerun -n __fencerun_before_dashdash -l log-format -x -a 'text json' -d 'Log line format'
-complete -c fencerun -n __fencerun_before_dashdash -s h -l help -d 'Print help and exit'
-complete -c fencerun -n '__fencerun_before_dashdash; and __fencerun_needs_subcommand' -l version -d 'Print the version and exit'
+# Connection and logging options (run, status)
+set -l conn_cond '__fencerun_before_dashdash; and not __fencerun_using acl; and not __fencerun_using fence'
+complete -c fencerun -n $conn_cond -s r -l redis -x -a 'redis:// rediss:// unix:// redis+sentinel:// rediss+sentinel://' -d 'Where the lock lives'
+complete -c fencerun -n $conn_cond -l timeout -x -d 'Bound on any single Redis request'
+complete -c fencerun -n $conn_cond -l key-prefix -x -d 'Prefix of every key fencerun writes'
+complete -c fencerun -n $conn_cond -l tls-ca-file -r -F -d 'CA certificates to verify the server with'
+complete -c fencerun -n $conn_cond -l tls-cert -r -F -d 'Client certificate (mutual TLS)'
+complete -c fencerun -n $conn_cond -l tls-key -r -F -d 'Key of the client certificate'
+complete -c fencerun -n $conn_cond -l tls-server-name -x -a '(__fish_print_hostnames)' -d 'Name to verify in the server certificate'
+complete -c fencerun -n $conn_cond -l tls-insecure -d 'Do not verify the server certificate'
+complete -c fencerun -n $conn_cond -s v -l verbose -d 'More log output (repeat for debug)'
+complete -c fencerun -n $conn_cond -s q -l quiet -d 'Log errors only'
+complete -c fencerun -n $conn_cond -l log-format -x -a 'text json' -d 'Log line format'
+complete -c fencerun -n '__fencerun_before_dashdash; and not __fencerun_using fence' -s h -l help -d 'Print help and exit'
+complete -c fencerun -n $needs_sub -l version -d 'Print the version and exit'
 
 # Options of run (and of the form without a subcommand)
-set -l run_cond '__fencerun_before_dashdash; and not __fencerun_using_status'
+set -l run_cond '__fencerun_before_dashdash; and __fencerun_run_form'
 complete -c fencerun -n $run_cond -s t -l ttl -x -d 'Lease length'
 complete -c fencerun -n $run_cond -l renew -x -d 'How often the lease is renewed'
 complete -c fencerun -n $run_cond -l grace -x -d 'Time between the stop signal and SIGKILL'
 complete -c fencerun -n $run_cond -l kill-signal -x -a 'HUP INT QUIT KILL TERM USR1 USR2 ALRM ABRT PIPE CONT STOP TSTP WINCH' -d 'First signal sent to the command'
 complete -c fencerun -n $run_cond -s w -l wait -x -a '0 10s 1m 10m inf' -d 'How long to wait for a busy lock'
+complete -c fencerun -n $run_cond -l fair -d 'Acquire in the order waiters began waiting'
 complete -c fencerun -n $run_cond -s E -l conflict-exit-code -x -d 'Exit code when the lock is busy'
 complete -c fencerun -n $run_cond -l lease-lost-exit-code -x -d 'Exit code when the lease was lost'
 complete -c fencerun -n $run_cond -l shell -d 'Run COMMAND through /bin/sh -c'
+complete -c fencerun -n $run_cond -l metrics-file -r -F -d 'Write a Prometheus textfile after the run'
+complete -c fencerun -n $run_cond -l min-replicas -x -d 'Replicas that must confirm the lock (WAIT)'
+complete -c fencerun -n $run_cond -l replica-timeout -x -d 'How long to wait for those replicas'
 
 # Options of status
-complete -c fencerun -n '__fencerun_before_dashdash; and __fencerun_using_status' -l json -d 'Print one JSON object'
+complete -c fencerun -n '__fencerun_before_dashdash; and __fencerun_using status' -l json -d 'Print one JSON object'
+
+# Options of acl
+complete -c fencerun -n '__fencerun_using acl' -l key-prefix -x -d 'Prefix of the keys the rule allows'
+complete -c fencerun -n '__fencerun_using acl' -l delex -d 'Also allow DELEX (Redis 8.4 and later)'
+
+# fence file|redis|sql
+complete -c fencerun -n __fencerun_fence_needs_guard -a file -d 'Replace a file from stdin, rejecting stale tokens'
+complete -c fencerun -n __fencerun_fence_needs_guard -a redis -d 'Run a Redis command, rejecting stale tokens'
+complete -c fencerun -n __fencerun_fence_needs_guard -a sql -d 'Print the schema of a SQL guard'
+complete -c fencerun -n '__fencerun_fence_using file' -F
+complete -c fencerun -n '__fencerun_fence_using file; or __fencerun_fence_using redis; and __fencerun_before_dashdash' -l token -x -d 'Fencing token (default: $FENCERUN_TOKEN)'
+set -l fence_redis '__fencerun_fence_using redis; and __fencerun_before_dashdash'
+complete -c fencerun -n $fence_redis -s r -l redis -x -a 'redis:// rediss:// unix:// redis+sentinel:// rediss+sentinel://' -d 'Where the fence key lives'
+complete -c fencerun -n $fence_redis -l timeout -x -d 'Bound on connecting and on the request'
+complete -c fencerun -n $fence_redis -l key-prefix -x -d 'Prefix of the fence key'
+complete -c fencerun -n $fence_redis -l resource -x -d 'Resource name (default: $FENCERUN_LOCK)'
+complete -c fencerun -n '__fencerun_fence_using sql' -a postgresql -d 'PostgreSQL: table and fencerun_admit()'
 
 # The command after `--`
 complete -c fencerun -n 'not __fencerun_before_dashdash' -x -a '(__fencerun_command_complete)'

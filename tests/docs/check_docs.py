@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""Checks that the documentation follows the program.
+
+    check_docs.py options    FENCERUN SOURCE_DIR   every --long option of `fencerun --help` is in
+                                                   the man page and in all three completions, and
+                                                   so are the subcommands
+    check_docs.py golden     FENCERUN SOURCE_DIR   `fencerun --help` equals tests/docs/help.golden
+    check_docs.py complete   FENCERUN SOURCE_DIR   the bash and fish completions really offer every
+                                                   option and subcommand (exit 77: skipped)
+
+When the help text changes on purpose, regenerate the golden file from the build tree:
+
+    build/src/fencerun --help > tests/docs/help.golden
+
+and document any new option in man/fencerun.1.adoc, README.md and completions/*.
+"""
+import difflib
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+SUBCOMMANDS = ["run", "status", "acl", "fence"]
+FENCE_GUARDS = ["file", "redis", "sql"]
+SKIP = 77
+
+
+def help_text(fencerun):
+    r = subprocess.run([fencerun, "--help"], capture_output=True, text=True, timeout=20)
+    if r.returncode != 0:
+        sys.exit(f"`fencerun --help` exited {r.returncode}: {r.stderr}")
+    return r.stdout
+
+
+def long_options(text):
+    """Every --long option named anywhere in the help text, in order of first appearance."""
+    seen = []
+    for m in re.finditer(r"(?<![\w-])--[a-z][a-z0-9-]*", text):
+        if m.group(0) not in seen:
+            seen.append(m.group(0))
+    return seen
+
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def word(opt):
+    """`opt` as a whole word: not followed by more option characters."""
+    return re.escape(opt) + r"(?![a-z0-9-])"
+
+
+def check_options(fencerun, src):
+    options = long_options(help_text(fencerun))
+    if len(options) < 20:
+        sys.exit(f"found only {len(options)} options in `fencerun --help`: {options}; is the parser right?")
+    man = read(os.path.join(src, "man", "fencerun.1.adoc"))
+    bash = read(os.path.join(src, "completions", "fencerun.bash"))
+    zsh = read(os.path.join(src, "completions", "_fencerun"))
+    fish = read(os.path.join(src, "completions", "fencerun.fish"))
+    problems = []
+
+    for opt in options:
+        # The man page must describe it as a term of a definition list (`*--opt* ...::` or
+        # `*-o*, *--opt* ...::`), not only mention it somewhere.
+        if not re.search(r"^(\*-[A-Za-z]\*, )?\*" + word(opt) + r"\*[^\n]*::[ \t]*$", man, re.M):
+            problems.append(f"man/fencerun.1.adoc: no entry `*{opt}*...::` for {opt}")
+        if not re.search(r"(?<![\w-])" + word(opt), bash):
+            problems.append(f"completions/fencerun.bash: {opt} missing")
+        if not re.search(r"(?<![\w-])" + word(opt), zsh):
+            problems.append(f"completions/_fencerun: {opt} missing")
+        if not re.search(r"-l " + word(opt[2:]), fish):
+            problems.append(f"completions/fencerun.fish: no `-l {opt[2:]}`")
+
+    for sub in SUBCOMMANDS:
+        if not re.search(r"compgen -W '[^']*(?<![\w-])" + sub + r"(?![\w-])", bash):
+            problems.append(f"completions/fencerun.bash: subcommand {sub} is not offered (compgen -W)")
+        if not re.search(r"'" + sub + r":", zsh):
+            problems.append(f"completions/_fencerun: subcommand {sub} is not described ('{sub}:...')")
+        if not re.search(r"-a '?" + sub + r"\b", fish):
+            problems.append(f"completions/fencerun.fish: subcommand {sub} is not offered (-a {sub})")
+        if not re.search(r"\*fencerun " + sub + r"\*|^\*" + sub + r"\*", man, re.M):
+            problems.append(f"man/fencerun.1.adoc: subcommand {sub} is not described")
+    for guard in FENCE_GUARDS:
+        if not re.search(r"(?<![\w-])" + guard + r"(?![\w-])", bash.split("_fencerun_fence()", 1)[-1]):
+            problems.append(f"completions/fencerun.bash: fence guard {guard} missing")
+        if not re.search(r"'" + guard + r":", zsh):
+            problems.append(f"completions/_fencerun: fence guard {guard} missing")
+        if not re.search(r"-a " + guard + r"\b", fish):
+            problems.append(f"completions/fencerun.fish: fence guard {guard} missing")
+
+    # Exit statuses the program documents must be in the man page's EXIT STATUS section.
+    exit_section = man.split("== EXIT STATUS", 1)[-1].split("\n== ", 1)[0]
+    for code in ["64", "69", "70", "75", "77", "124", "126", "127"]:
+        if not re.search(r"^\*" + code + r"\*::", exit_section, re.M):
+            problems.append(f"man/fencerun.1.adoc: EXIT STATUS has no entry for {code}")
+
+    if problems:
+        print("The documentation does not follow `fencerun --help`:", file=sys.stderr)
+        for p in problems:
+            print("  " + p, file=sys.stderr)
+        sys.exit(1)
+    print(f"{len(options)} options and {len(SUBCOMMANDS)} subcommands documented in the man page "
+          f"and in the bash, zsh and fish completions")
+
+
+def check_golden(fencerun, src):
+    golden_path = os.path.join(src, "tests", "docs", "help.golden")
+    actual = help_text(fencerun)
+    golden = read(golden_path)
+    if actual != golden:
+        diff = difflib.unified_diff(golden.splitlines(True), actual.splitlines(True),
+                                    "tests/docs/help.golden", "fencerun --help")
+        sys.stderr.write("".join(diff))
+        sys.exit("`fencerun --help` differs from tests/docs/help.golden. If the change is intended, run\n"
+                 "  build/src/fencerun --help > tests/docs/help.golden\n"
+                 "and bring man/fencerun.1.adoc, README.md and completions/* along.")
+    print("fencerun --help matches tests/docs/help.golden")
+
+
+# Completion, run for real. Each option must be offered in at least one of these contexts.
+CONTEXTS = [[], ["status"], ["acl"]]
+
+
+def bash_complete(src, words):
+    """Candidates bash offers for the last word of `words` (a list, `fencerun` first)."""
+    script = r'''
+source /usr/share/bash-completion/bash_completion
+source "$1"; shift
+COMP_WORDS=("$@"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1))
+COMP_LINE="$*"; COMP_POINT=${#COMP_LINE}
+_fencerun fencerun "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}" 2>/dev/null
+printf '%s\n' "${COMPREPLY[@]}"
+'''
+    r = subprocess.run(["bash", "-c", script, "bash", os.path.join(src, "completions", "fencerun.bash")] + words,
+                       capture_output=True, text=True, timeout=20)
+    return set(r.stdout.split())
+
+
+def fish_complete(src, line):
+    script = 'source $argv[1]; complete -C $argv[2]'
+    r = subprocess.run(["fish", "--no-config", "-c", script, os.path.join(src, "completions", "fencerun.fish"), line],
+                       capture_output=True, text=True, timeout=20)
+    return {l.split("\t", 1)[0] for l in r.stdout.splitlines() if l}
+
+
+def check_complete(fencerun, src):
+    options = long_options(help_text(fencerun))
+    problems, ran = [], []
+
+    if os.path.exists("/usr/share/bash-completion/bash_completion") and shutil.which("bash"):
+        ran.append("bash")
+        offered = set()
+        for ctx in CONTEXTS:
+            offered |= bash_complete(src, ["fencerun"] + ctx + ["--"])
+        problems += [f"bash: `fencerun [run|status|acl] --<TAB>` never offers {o}" for o in options if o not in offered]
+        subs = bash_complete(src, ["fencerun", ""])
+        problems += [f"bash: `fencerun <TAB>` does not offer {s}" for s in SUBCOMMANDS if s not in subs]
+        guards = bash_complete(src, ["fencerun", "fence", ""])
+        problems += [f"bash: `fencerun fence <TAB>` does not offer {g}" for g in FENCE_GUARDS if g not in guards]
+    else:
+        print("bash-completion is not installed: bash completion not exercised")
+
+    if shutil.which("fish"):
+        ran.append("fish")
+        offered = set()
+        for ctx in CONTEXTS:
+            offered |= fish_complete(src, " ".join(["fencerun"] + ctx + ["--"]))
+        problems += [f"fish: `fencerun [status|acl] --<TAB>` never offers {o}" for o in options if o not in offered]
+        subs = fish_complete(src, "fencerun ")
+        problems += [f"fish: `fencerun <TAB>` does not offer {s}" for s in SUBCOMMANDS if s not in subs]
+        guards = fish_complete(src, "fencerun fence ")
+        problems += [f"fish: `fencerun fence <TAB>` does not offer {g}" for g in FENCE_GUARDS if g not in guards]
+    else:
+        print("fish is not installed: fish completion not exercised")
+
+    if shutil.which("zsh"):
+        ran.append("zsh (syntax)")
+        r = subprocess.run(["zsh", "-n", os.path.join(src, "completions", "_fencerun")], capture_output=True, text=True)
+        if r.returncode != 0:
+            problems.append("zsh: completions/_fencerun does not parse: " + r.stderr.strip())
+
+    if problems:
+        print("Shell completion does not follow `fencerun --help`:", file=sys.stderr)
+        for p in problems:
+            print("  " + p, file=sys.stderr)
+        sys.exit(1)
+    if not ran:
+        print("SKIPPED: neither bash-completion, fish nor zsh is installed")
+        sys.exit(SKIP)
+    print("completion checked with " + ", ".join(ran))
+
+
+def main():
+    if len(sys.argv) != 4 or sys.argv[1] not in ("options", "golden", "complete"):
+        sys.exit(__doc__)
+    mode, fencerun, src = sys.argv[1:]
+    {"options": check_options, "golden": check_golden, "complete": check_complete}[mode](fencerun, src)
+
+
+if __name__ == "__main__":
+    main()
