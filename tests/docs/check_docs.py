@@ -91,6 +91,12 @@ def check_options(fencerun, src):
         if not re.search(r"-a " + guard + r"\b", fish):
             problems.append(f"completions/fencerun.fish: fence guard {guard} missing")
 
+    # Files the README links to exist (the examples are renamed now and then).
+    readme = read(os.path.join(src, "README.md"))
+    for link in sorted(set(re.findall(r"\]\(((?:packaging|docs|man|completions)/[^)#\s]*)\)", readme))):
+        if not os.path.exists(os.path.join(src, link)):
+            problems.append(f"README.md: the link {link} leads nowhere")
+
     # Exit statuses the program documents must be in the man page's EXIT STATUS section.
     exit_section = man.split("== EXIT STATUS", 1)[-1].split("\n== ", 1)[0]
     for code in ["64", "69", "70", "75", "77", "124", "126", "127"]:
