@@ -30,7 +30,9 @@ std::string seconds(std::chrono::system_clock::time_point t) {
   return buf;
 }
 
+// Durations are never negative in the file: a wall clock stepped back during the run counts as 0.
 std::string seconds(std::chrono::milliseconds d) {
+  if (d < std::chrono::milliseconds::zero()) d = std::chrono::milliseconds::zero();
   char buf[48];
   std::snprintf(buf, sizeof buf, "%lld.%03lld", static_cast<long long>(d.count() / 1000),
                 static_cast<long long>(d.count() % 1000));
@@ -87,8 +89,11 @@ std::optional<std::string> write_metrics_file(const std::string& path, const Run
     p += n;
     left -= static_cast<std::size_t>(n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    std::string err = std::strerror(errno);
+  bool synced = ::fsync(fd) == 0;
+  int sync_errno = errno;
+  bool closed = ::close(fd) == 0;
+  if (!synced || !closed) {
+    std::string err = std::strerror(synced ? errno : sync_errno);
     ::unlink(tmp.c_str());
     return "cannot write " + tmp + ": " + err;
   }

@@ -72,9 +72,9 @@ std::expected<void, std::string> apply_query(std::string_view query, RedisEndpoi
       if (!user) return std::unexpected("bad percent-encoding in sentinel_user");
       ep.sentinel_user = *user;
     } else {
-      return std::unexpected("unknown URL parameter (only db" +
-                             std::string(ep.transport == RedisEndpoint::Transport::sentinel ? " and sentinel_user" : "") +
-                             " are known)");
+      return std::unexpected(ep.transport == RedisEndpoint::Transport::sentinel
+                                 ? "unknown URL parameter (only db and sentinel_user are known)"
+                                 : "unknown URL parameter (only db is known)");
     }
   }
   return {};

@@ -194,9 +194,9 @@ TEST(redis_url, rejects_bad_databases) {
 }
 
 TEST(redis_url, rejects_unknown_query_parameters) {
-  EXPECT_EQ(error_of("redis://host?timeout=5"), "unknown URL parameter (only db are known)");
-  EXPECT_EQ(error_of("redis://host?db=1&dbb=2"), "unknown URL parameter (only db are known)");
-  EXPECT_EQ(error_of("unix:///tmp/r.sock?database=1"), "unknown URL parameter (only db are known)");
+  EXPECT_EQ(error_of("redis://host?timeout=5"), "unknown URL parameter (only db is known)");
+  EXPECT_EQ(error_of("redis://host?db=1&dbb=2"), "unknown URL parameter (only db is known)");
+  EXPECT_EQ(error_of("unix:///tmp/r.sock?database=1"), "unknown URL parameter (only db is known)");
   EXPECT_EQ(error_of("redis+sentinel://s1/main?sentinel_pass=x"),
             "unknown URL parameter (only db and sentinel_user are known)");
 }
@@ -322,7 +322,7 @@ TEST(redis_url, rejects_bad_sentinel_addresses) {
 }
 
 TEST(redis_url, accepts_sentinel_user_only_in_sentinel_urls) {
-  EXPECT_EQ(error_of("redis://host?sentinel_user=bob"), "unknown URL parameter (only db are known)");
+  EXPECT_EQ(error_of("redis://host?sentinel_user=bob"), "unknown URL parameter (only db is known)");
   EXPECT_EQ(error_of("redis+sentinel://s1/main?sentinel_user=b%zz"), "bad percent-encoding in sentinel_user");
 }
 
