@@ -1,4 +1,8 @@
 // parse -> configure -> run -> exit code. The only catch-all, and the only place that picks the status.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -33,10 +37,26 @@ fencerun::log::Level to_log_level(fencerun::config::LogLevel l) {
   return fencerun::log::Level::warn;
 }
 
+// Started with fd 0, 1 or 2 closed (cron, daemons, `<&- >&-`): give each closed one /dev/null.
+void reopen_closed_stdio() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+    int opened = ::open("/dev/null", O_RDWR);
+    if (opened >= 0 && opened != fd) {
+      ::dup2(opened, fd);
+      ::close(opened);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace fencerun;
+  // Before anything opens a descriptor: a closed 0, 1 or 2 would otherwise be taken by the Redis socket
+  // or a pipe, and a log line or the child's output would land in it.
+  reopen_closed_stdio();
+  supervisor::reset_inherited_dispositions();
   try {
     if (argc > 1 && std::string_view(argv[1]) == "fence") return fence::main(argc - 1, argv + 1);
     auto options = cli::parse(argc, argv);

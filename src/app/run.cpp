@@ -102,6 +102,60 @@ int run(const config::Config& c) {
 
 namespace {
 
+// The lease once acquired: released on every way out of run_locked (an early return, an exception),
+// owner-checked and bounded by the request timeout, unless release() already did it.
+class HeldLease {
+ public:
+  HeldLease(lease::LeaseClient& lease, const lease::Acquired& acquired, std::string owner,
+            milliseconds timeout, log::Context context)
+      : m_lease(lease), m_acquired(acquired), m_owner(std::move(owner)), m_timeout(timeout),
+        m_context(std::move(context)) {}
+  HeldLease(const HeldLease&) = delete;
+  HeldLease& operator=(const HeldLease&) = delete;
+  ~HeldLease() {
+    try {
+      if (!m_done) release();
+    } catch (...) {  // a destructor must not throw; the lock expires by itself
+    }
+  }
+
+  enum class Released { yes, not_ours, failed };
+  Released release() {
+    m_done = true;
+    auto released = m_lease.release(m_owner, m_acquired.value, lease::server_has_delex(m_acquired.server_version),
+                                    BootClock::now() + m_timeout);
+    if (!released) {
+      log::event(log::Level::warn, "release_failed",
+                 "could not release the lock (it expires by itself): " + released.error().message, m_context);
+      return Released::failed;
+    }
+    if (*released) {
+      log::event(log::Level::info, "released", "released lock", m_context);
+      return Released::yes;
+    }
+    return Released::not_ours;
+  }
+
+ private:
+  lease::LeaseClient& m_lease;
+  const lease::Acquired& m_acquired;
+  std::string m_owner;
+  milliseconds m_timeout;
+  log::Context m_context;
+  bool m_done = false;
+};
+
+// Whether a failed acquire may still have set the lock on the server (the request was, or may have
+// been, written): then it is cleaned up by owner id.
+bool acquire_may_have_run(const redis::Error& e) { return e.kind != redis::Error::Kind::auth; }
+
+// While waiting, a connection error is retried after this long (doubling from 100ms to 2s, jittered).
+milliseconds reconnect_pause(int failures, std::mt19937& rng) {
+  milliseconds base = std::min(milliseconds(100) * (1 << std::min(failures - 1, 5)), milliseconds(2000));
+  std::uniform_int_distribution<long> jitter(base.count() * 3 / 4, base.count() * 5 / 4);
+  return milliseconds(jitter(rng));
+}
+
 int run_locked(const config::Config& c, RunReport& report) {
   const Deadline began = BootClock::now();
   supervisor::SignalChannel signals;  // before any thread or child exists
@@ -121,29 +175,66 @@ int run_locked(const config::Config& c, RunReport& report) {
   std::mt19937 rng(std::random_device{}());
   std::optional<redis::Client> subscriber;
   bool subscribe_tried = false;
+  int connection_failures = 0;
   auto leave_queue = [&] {
     if (c.run.fair) [[maybe_unused]] auto left = lease.leave_queue(owner, BootClock::now() + timeout);
   };
+  // Sleeps until `wake` unless a signal ends the wait first; returns that signal.
+  auto pause_until = [&](Deadline wake, int fd, bool& woken) -> std::optional<int> {
+    if (auto sig = signals.wait_for_terminating(wake, fd, woken)) {
+      log::event(log::Level::info, "interrupted", "stopped waiting for the lock",
+                 {{"lock", c.run.lock}, {"signal", supervisor::signal_name(*sig)}});
+      leave_queue();
+      return sig;
+    }
+    return std::nullopt;
+  };
   lease::Acquired acquired;
   for (int attempt = 0;; ++attempt) {
+    // A reply that comes after the stop point is of no use (the command could not start), so no
+    // acquire request waits longer than that, whatever --timeout says.
+    Deadline now = BootClock::now();
+    Deadline bound = std::min(now + timeout, schedule.stop_at(schedule.deadline_after(now)));
     auto result = lease.try_acquire(owner, c.run.timing.ttl, ::getpid(), host,
-                                    {c.run.min_replicas, c.run.replica_timeout}, fairness, BootClock::now() + timeout);
+                                    {c.run.min_replicas, c.run.replica_timeout}, fairness, bound);
     if (!result) {
-      log_unavailable(c, result.error());
-      if (result.error().kind == redis::Error::Kind::timeout) {
+      const redis::Error& error = result.error();
+      if (acquire_may_have_run(error)) {
         // The request may have run on the server after all: release what we may hold (by owner id).
         // Kept short: an unresponsive server will not answer this either, and the lock expires anyway.
-        auto bound = std::min<milliseconds>(timeout / 4, milliseconds(200));
-        [[maybe_unused]] auto cleaned = lease.release(owner, std::nullopt, false, BootClock::now() + bound);
+        auto cleanup = std::min<milliseconds>(timeout / 4, milliseconds(200));
+        [[maybe_unused]] auto cleaned = lease.release(owner, std::nullopt, false, BootClock::now() + cleanup);
       }
-      return exit_code::k_unavailable;
+      bool retryable = error.kind == redis::Error::Kind::connection || error.kind == redis::Error::Kind::timeout;
+      now = BootClock::now();
+      if (!retryable || !wait_until || now >= *wait_until) {
+        log_unavailable(c, error);
+        leave_queue();
+        return exit_code::k_unavailable;
+      }
+      // Waiting: a restart or a failover of the server is not the end of the wait.
+      ++connection_failures;
+      Deadline wake = std::min(now + reconnect_pause(connection_failures, rng), *wait_until);
+      log::event(log::Level::warn, "redis_retry", "cannot use Redis at " + c.common.redacted_url + ": " +
+                                                      error.message + "; trying again while the wait lasts",
+                 {{"lock", c.run.lock}, {"kind", redis::to_string(error.kind)},
+                  {"retry_in", config::format_duration(std::chrono::duration_cast<milliseconds>(wake - now))}});
+      subscriber.reset();
+      subscribe_tried = false;
+      bool woken = false;
+      if (auto sig = pause_until(wake, -1, woken)) return exit_code_for_signal(*sig);
+      continue;
+    }
+    if (connection_failures > 0) {
+      log::event(log::Level::info, "redis_recovered", "Redis answers again", {{"lock", c.run.lock}});
+      connection_failures = 0;
     }
     if (auto* got = std::get_if<lease::Acquired>(&*result)) {
       acquired = std::move(*got);
       break;
     }
     const auto& busy = std::get<lease::Busy>(*result);
-    Deadline now = BootClock::now();
+    now = BootClock::now();
     report.lock_wait = std::chrono::duration_cast<milliseconds>(now - began);
     if (wait_until && now >= *wait_until) {
       std::string holder = busy.holder.pid ? "pid " + std::to_string(*busy.holder.pid) + " on " + busy.holder.host
@@ -170,12 +261,7 @@ int run_locked(const config::Config& c, RunReport& report) {
     bool woken = false;
     int fd = subscriber ? subscriber->wake_fd() : -1;
     if (!(subscriber && subscriber->has_buffered_messages())) {
-      if (auto sig = signals.wait_for_terminating(wake, fd, woken)) {
-        log::event(log::Level::info, "interrupted", "stopped waiting for the lock",
-                   {{"lock", c.run.lock}, {"signal", supervisor::signal_name(*sig)}});
-        leave_queue();
-        return exit_code_for_signal(*sig);
-      }
+      if (auto sig = pause_until(wake, fd, woken)) return exit_code_for_signal(*sig);
     }
     if (subscriber && (woken || subscriber->has_buffered_messages())) {
       if (auto n = subscriber->drain_messages(); !n) subscriber.reset();  // fall back to polling
@@ -190,20 +276,18 @@ int run_locked(const config::Config& c, RunReport& report) {
   const log::Context context{c.run.lock, token};
   log::event(log::Level::info, "acquired", "acquired lock",
              context, {{"ttl", config::format_duration(c.run.timing.ttl)}});
-
-  auto release = [&] {
-    auto released = lease.release(owner, acquired.value, lease::server_has_delex(acquired.server_version),
-                                  BootClock::now() + timeout);
-    if (!released) {
-      log::event(log::Level::warn, "release_failed",
-                 "could not release the lock (it expires by itself): " + released.error().message,
-                 context);
-    } else if (*released) {
-      log::event(log::Level::info, "released", "released lock", context);
-    } else {
-      log::event(log::Level::info, "not_released", "lock was no longer ours; left it alone",
-                 context);
-    }
+  // From here on the lease is released on every way out.
+  HeldLease held(lease, acquired, owner, timeout, context);
+  const Deadline deadline = schedule.deadline_after(acquired.sent);
+  auto ran_short = [&] {
+    auto late = std::chrono::duration_cast<milliseconds>(BootClock::now() - schedule.stop_at(deadline));
+    log::event(log::Level::error, "lease_short",
+               "the lease ran short before the command could start (the acquire reply came too late); "
+               "not starting it",
+               context, {{"past_stop_point", config::format_duration(late)}});
+    held.release();
+    report.lease_lost = true;
+    return c.run.lease_lost_exit_code;
   };
 
   if (c.run.min_replicas > 0 && acquired.replicas_acked.value_or(0) < c.run.min_replicas) {
@@ -212,7 +296,7 @@ int run_locked(const config::Config& c, RunReport& report) {
                    std::to_string(c.run.min_replicas) + " replicas confirmed the lock within " +
                    config::format_duration(c.run.replica_timeout) + "; releasing it",
                context);
-    release();
+    held.release();
     return exit_code::k_unavailable;
   }
 
@@ -221,41 +305,57 @@ int run_locked(const config::Config& c, RunReport& report) {
   if (auto sig = signals.pending_terminating()) {
     log::event(log::Level::info, "interrupted", "stopped before starting the command", context,
                {{"signal", supervisor::signal_name(*sig)}});
-    release();
+    held.release();
     return exit_code_for_signal(*sig);
   }
+  // Never start a command whose lease may already be over on the server.
+  if (BootClock::now() >= schedule.stop_at(deadline)) return ran_short();
 
-  // The watchdog and the command are forked while fencerun has a single thread.
-  std::optional<supervisor::Watchdog> watchdog;
-  watchdog.emplace();
+  // The watchdog and the command are forked while fencerun has a single thread. From here on the
+  // supervisor kills the job on every way out, before the lease is released.
   supervisor::Supervisor sup(signals, {c.run.kill_signal, c.run.timing.grace, c.run.timing.margin}, context);
-  auto pid = sup.start(c.run.command, child_environment(c, acquired, owner));
+  auto pid = sup.start(c.run.command, child_environment(c, acquired, owner), deadline);
   if (!pid) {
-    watchdog->disarm();
+    if (pid.error().too_late) return ran_short();
     log::event(log::Level::error, "exec_failed", pid.error().message, context);
-    release();
+    held.release();
     return pid.error().exit_code;
   }
-  watchdog->guard(*pid);
+  log::event(log::Level::debug, "started", "started the command", context,
+             {{"pid", std::to_string(*pid)}, {"containment", sup.containment()}});
 
-  lease::LeaseKeeper keeper(lease, acquired, schedule, timeout, context);
+  lease::LeaseKeeper keeper(lease, acquired, schedule, timeout, context,
+                            [&sup](Deadline renewed) { sup.lease_renewed(renewed); });
   supervisor::LeaseWatch watch{[&keeper] { return keeper.deadline(); }, [&keeper] { return keeper.lost(); },
                                keeper.wake_fd()};
   auto outcome = sup.supervise(watch);
   keeper.stop();
   if (outcome.stopped_for_lease && outcome.command_died_at) {
     auto margin = std::chrono::duration_cast<milliseconds>(keeper.deadline() - *outcome.command_died_at);
-    log::event(log::Level::warn, "command_stopped", "the command was stopped before the lease deadline",
-               context, {{"before_deadline", config::format_duration(margin)}});
+    if (margin >= milliseconds::zero())
+      log::event(log::Level::warn, "command_stopped", "the command was stopped before the lease deadline",
+                 context, {{"before_deadline", config::format_duration(margin)}});
+    else
+      log::event(log::Level::error, "command_stopped",
+                 "the command was stopped, but only after the lease deadline: it may have run without the lease",
+                 context, {{"after_deadline", config::format_duration(-margin)}});
   }
-  // The group is gone: release first (the next waiter is waiting for it), then tidy up.
-  release();
-  watchdog->disarm();
-  watchdog.reset();
+  // The whole job is gone: release (the next waiter is waiting for it).
+  auto released = held.release();
   report.renewals = keeper.stats().renewals;
   report.renew_failures = keeper.stats().failures;
   report.lease_lost = outcome.stopped_for_lease;
   if (outcome.stopped_for_lease) return c.run.lease_lost_exit_code;
+  if (released == HeldLease::Released::not_ours) {
+    // Between the last renewal and the command's own exit the lock was deleted, expired or taken:
+    // mutual exclusion may have been broken during the run, and the caller must hear of it.
+    log::event(log::Level::warn, "lease_lost",
+               "the lease was lost while the command ran (the lock was gone or held by another owner at "
+               "release): exclusion may have been broken",
+               context, {{"command_status", std::to_string(exit_code_from_wait_status(outcome.wait_status))}});
+    report.lease_lost = true;
+    return c.run.lease_lost_exit_code;
+  }
   return exit_code_from_wait_status(outcome.wait_status);
 }
 

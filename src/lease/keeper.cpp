@@ -11,13 +11,15 @@
 namespace fencerun::lease {
 
 LeaseKeeper::LeaseKeeper(LeaseClient& lease, const Acquired& acquired, LeaseSchedule schedule,
-                         std::chrono::milliseconds request_timeout, log::Context context)
+                         std::chrono::milliseconds request_timeout, log::Context context,
+                         std::function<void(Deadline)> on_renewed)
     : m_lease(lease),
       m_value(acquired.value),
       m_context(std::move(context)),
       m_schedule(schedule),
       m_timeout(request_timeout),
       m_last_sent(acquired.sent),
+      m_on_renewed(std::move(on_renewed)),
       m_deadline_ns(schedule.deadline_after(acquired.sent).time_since_epoch().count()),
       m_wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
   if (!m_wake) throw std::system_error(errno, std::generic_category(), "eventfd");
@@ -74,7 +76,10 @@ void LeaseKeeper::run() {
     auto outcome = m_lease.renew(m_value, ttl, m_schedule.request_deadline(now, m_timeout, current), sent);
     if (outcome && *outcome == RenewOutcome::renewed) {
       auto new_deadline = m_schedule.deadline_after(sent);
-      if (new_deadline > current) m_deadline_ns.store(new_deadline.time_since_epoch().count());
+      if (new_deadline > current) {
+        m_deadline_ns.store(new_deadline.time_since_epoch().count());
+        if (m_on_renewed) m_on_renewed(new_deadline);
+      }
       {
         std::lock_guard g(m_mutex);
         ++m_stats.renewals;

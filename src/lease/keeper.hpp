@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -25,8 +26,11 @@ class LeaseKeeper {
   };
 
   // Starts renewing. `lease` (and its connection) belongs to the keeper until stop() returns.
+  // `on_renewed` is called from the renewal thread with each new deadline, as soon as it is known
+  // (fencerun passes it on to the watchdog). Throws std::system_error when the thread cannot start.
   LeaseKeeper(LeaseClient& lease, const Acquired& acquired, LeaseSchedule schedule,
-              std::chrono::milliseconds request_timeout, log::Context context);
+              std::chrono::milliseconds request_timeout, log::Context context,
+              std::function<void(Deadline)> on_renewed = {});
   ~LeaseKeeper();
   LeaseKeeper(const LeaseKeeper&) = delete;
   LeaseKeeper& operator=(const LeaseKeeper&) = delete;
@@ -51,6 +55,7 @@ class LeaseKeeper {
   LeaseSchedule m_schedule;
   std::chrono::milliseconds m_timeout;
   Deadline m_last_sent;
+  std::function<void(Deadline)> m_on_renewed;
 
   std::atomic<BootClock::rep> m_deadline_ns;
   std::atomic<bool> m_lost{false};

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <charconv>
 #include <system_error>
+#include <tuple>
 
 namespace fencerun::supervisor {
 namespace {
@@ -28,16 +29,19 @@ constexpr NamedSignal k_signals[] = {
     {"SYS", SIGSYS},
 };
 
-constexpr int k_forwarded[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT};
-
 }  // namespace
 
 std::optional<int> parse_signal(std::string_view text) {
   if (text.empty()) return std::nullopt;
-  if (std::isdigit(static_cast<unsigned char>(text.front()))) {
+  auto number = [](std::string_view t) -> std::optional<int> {
     int n = 0;
-    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
-    if (ec != std::errc{} || ptr != text.data() + text.size() || n < 1 || n >= NSIG) return std::nullopt;
+    auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), n);
+    if (t.empty() || ec != std::errc{} || ptr != t.data() + t.size()) return std::nullopt;
+    return n;
+  };
+  if (std::isdigit(static_cast<unsigned char>(text.front()))) {
+    auto n = number(text);
+    if (!n || *n < 1 || *n >= NSIG) return std::nullopt;
     return n;
   }
   std::string upper;
@@ -46,32 +50,83 @@ std::optional<int> parse_signal(std::string_view text) {
   if (name.starts_with("SIG")) name.remove_prefix(3);
   for (const auto& s : k_signals)
     if (name == s.name) return s.number;
+  // Real-time signals as kill(1) writes them: RTMIN, RTMIN+N, RTMAX-N, RTMAX.
+  for (auto [prefix, base, sign] : {std::tuple{"RTMIN", SIGRTMIN, 1}, std::tuple{"RTMAX", SIGRTMAX, -1}}) {
+    std::string_view p = prefix;
+    if (!name.starts_with(p)) continue;
+    std::string_view rest = name.substr(p.size());
+    int offset = 0;
+    if (!rest.empty()) {
+      if (rest.front() != (sign > 0 ? '+' : '-')) return std::nullopt;
+      auto n = number(rest.substr(1));
+      if (!n || rest.size() < 2 || !std::isdigit(static_cast<unsigned char>(rest[1]))) return std::nullopt;
+      offset = *n;
+    }
+    int signo = base + sign * offset;
+    if (signo < SIGRTMIN || signo > SIGRTMAX) return std::nullopt;
+    return signo;
+  }
   return std::nullopt;
 }
 
 std::string signal_name(int signo) {
   for (const auto& s : k_signals)
     if (s.number == signo) return s.name;
+  if (signo == SIGRTMIN) return "RTMIN";
+  if (signo > SIGRTMIN && signo <= SIGRTMAX) return "RTMIN+" + std::to_string(signo - SIGRTMIN);
   return std::to_string(signo);
 }
 
-bool is_forwarded(int signo) { return std::ranges::find(k_forwarded, signo) != std::end(k_forwarded); }
+namespace {
 
-bool ends_wait(int signo) { return signo == SIGHUP || signo == SIGINT || signo == SIGQUIT || signo == SIGTERM; }
+// Signals whose default action does not end a process: ignored, or stopping it.
+bool ignored_by_default(int signo) {
+  return signo == SIGCHLD || signo == SIGCONT || signo == SIGURG || signo == SIGWINCH;
+}
+bool stops_by_default(int signo) {
+  return signo == SIGTSTP || signo == SIGTTIN || signo == SIGTTOU || signo == SIGSTOP;
+}
+bool catchable(int signo) { return signo >= 1 && signo < NSIG && signo != SIGKILL && signo != SIGSTOP; }
+
+}  // namespace
+
+bool is_forwarded(int signo) { return catchable(signo) && signo != SIGCHLD && signo != SIGPIPE; }
+
+bool ends_wait(int signo) {
+  return catchable(signo) && signo != SIGPIPE && !ignored_by_default(signo) && !stops_by_default(signo);
+}
+
+bool stops_waiter(int signo) { return signo == SIGTSTP; }
+
+namespace {
+bool g_sigchld_ignored = false;
+}  // namespace
+
+bool sigchld_was_ignored() { return g_sigchld_ignored; }
+
+bool reset_inherited_dispositions() {
+  struct sigaction old {};
+  if (::sigaction(SIGCHLD, nullptr, &old) != 0) return false;
+  bool ignored = old.sa_handler == SIG_IGN;
+  g_sigchld_ignored = g_sigchld_ignored || ignored;
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  ::sigaction(SIGCHLD, &dfl, nullptr);
+  return ignored;
+}
 
 SignalChannel::SignalChannel() {
-  sigset_t handled;
-  sigemptyset(&handled);
-  for (int s : k_forwarded) sigaddset(&handled, s);
-  sigaddset(&handled, SIGCHLD);
-  sigset_t blocked = handled;
-  // Never delivered to fencerun: a write to a closed socket returns EPIPE instead, and tcsetpgrp()
-  // from a background group succeeds instead of stopping fencerun.
-  sigaddset(&blocked, SIGPIPE);
-  sigaddset(&blocked, SIGTTOU);
-  sigaddset(&blocked, SIGTTIN);
+  sigset_t blocked;
+  sigfillset(&blocked);
+  sigdelset(&blocked, SIGKILL);
+  sigdelset(&blocked, SIGSTOP);
   if (int rc = ::pthread_sigmask(SIG_BLOCK, &blocked, &m_original); rc != 0)
     throw std::system_error(rc, std::generic_category(), "pthread_sigmask");
+  // PIPE stays blocked but is never read: a write to a closed socket returns EPIPE instead, and a
+  // SIGPIPE raised by fencerun's own write is not the job's business.
+  sigset_t handled = blocked;
+  sigdelset(&handled, SIGPIPE);
   m_fd.reset(::signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK));
   if (!m_fd) throw std::system_error(errno, std::generic_category(), "signalfd");
 }
@@ -89,8 +144,11 @@ std::optional<int> SignalChannel::read_one() {
 }
 
 std::optional<int> SignalChannel::pending_terminating() {
-  while (auto sig = read_one())
+  while (auto sig = read_one()) {
     if (ends_wait(*sig)) return sig;
+    // Holding nothing yet: a terminal's Ctrl-Z (or kill -TSTP) stops fencerun as it would any program.
+    if (stops_waiter(*sig)) ::raise(SIGSTOP);
+  }
   return std::nullopt;
 }
 

@@ -8,6 +8,9 @@
 #include <boost/process/exe.hpp>
 #include <boost/process/extend.hpp>
 #include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <ctime>
 #include <cstring>
 
 namespace fencerun::supervisor {
@@ -22,6 +25,11 @@ struct ChildSetup : bp::extend::handler {
   const sigset_t* mask;
   int tty_fd;
   pid_t parent;
+  int cgroup_procs_fd;
+  int watchdog_fd;
+  WatchMessage guard;
+  std::int64_t exec_before_ns;  // 0: no limit
+  bool ignore_sigchld;
 
   template <class Executor>
   void on_exec_setup(Executor& e) const {
@@ -30,6 +38,29 @@ struct ChildSetup : bp::extend::handler {
     // If fencerun dies, so does the command; a watchdog takes care of the rest of the group.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::raise(SIGKILL);  // fencerun died before prctl took effect
+    // Into the job's cgroup before anything can fork, so every descendant is in it.
+    if (cgroup_procs_fd >= 0) [[maybe_unused]] auto n = ::write(cgroup_procs_fd, "0", 1);
+    // The watchdog learns the pid before the command runs: an instant SIGKILL of fencerun after
+    // exec still takes the whole job down.
+    if (watchdog_fd >= 0) {
+      WatchMessage m = guard;
+      m.pid = ::getpid();
+      [[maybe_unused]] auto n = ::write(watchdog_fd, &m, sizeof m);
+    }
+    // The last gate: a lease that ran short between acquire and now starts nothing.
+    if (exec_before_ns > 0) {
+      timespec ts{};
+      ::clock_gettime(CLOCK_BOOTTIME, &ts);
+      if (static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec >= exec_before_ns) {
+        e.set_error(std::error_code(ETIME, std::system_category()), "lease deadline passed before exec");
+        ::_exit(EXIT_FAILURE);
+      }
+    }
+    if (ignore_sigchld) {
+      struct sigaction ign {};
+      ign.sa_handler = SIG_IGN;
+      ::sigaction(SIGCHLD, &ign, nullptr);
+    }
     ::sigprocmask(SIG_SETMASK, mask, nullptr);
     e.cmd_line = argv;  // argv[0] exactly as the user wrote it
     e.env = envp;
@@ -100,9 +131,16 @@ std::expected<pid_t, SpawnError> spawn(const SpawnRequest& request) {
   setup.mask = &request.mask;
   setup.tty_fd = request.tty_fd;
   setup.parent = ::getpid();
+  setup.cgroup_procs_fd = request.cgroup_procs_fd;
+  setup.watchdog_fd = request.watchdog_fd;
+  setup.guard = request.guard;
+  setup.exec_before_ns = request.exec_before ? request.exec_before->time_since_epoch().count() : 0;
+  setup.ignore_sigchld = request.ignore_sigchld;
 
   std::error_code ec;
   bp::child child(bp::exe = *exe, setup, ec);
+  if (ec && ec.value() == ETIME)
+    return std::unexpected(SpawnError{126, "the lease ran short before the command could start", true});
   if (ec) {
     int code = ec.value() == ENOENT ? 127 : 126;
     return std::unexpected(SpawnError{code, request.argv.front() + ": " + std::strerror(ec.value())});

@@ -5,10 +5,14 @@
 #include <sys/types.h>
 
 #include <expected>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <signal.h>
+
+#include "supervisor/watchdog.hpp"
+#include "util/clock.hpp"
 
 namespace fencerun::supervisor {
 
@@ -17,11 +21,17 @@ struct SpawnRequest {
   std::vector<std::string> env;   // "KEY=VALUE" entries, the complete environment
   sigset_t mask{};                // signal mask for the child
   int tty_fd = -1;                // >= 0: make the child's group the foreground group of this terminal
+  int cgroup_procs_fd = -1;       // >= 0: the child moves itself into this cgroup before exec
+  int watchdog_fd = -1;           // >= 0: the child sends `guard` (with its own pid) here before exec,
+  WatchMessage guard{};           //   so the watchdog guards it before the command can run
+  std::optional<Deadline> exec_before;  // the child never execs at or after this point (the stop point)
+  bool ignore_sigchld = false;    // restore an inherited "ignore" of SIGCHLD for the command
 };
 
 struct SpawnError {
   int exit_code;  // 127 not found, 126 found but not executable (or exec failed otherwise)
   std::string message;
+  bool too_late = false;  // exec_before had passed: the command was never started
 };
 
 // Starts the command; its pid is also its process group id.

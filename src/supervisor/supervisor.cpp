@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <system_error>
 
@@ -45,22 +46,81 @@ Supervisor::Supervisor(SignalChannel& signals, StopPolicy policy, log::Context c
     : m_signals(signals), m_policy(policy), m_context(std::move(context)) {}
 
 Supervisor::~Supervisor() {
+  // Every way out after start(): nothing of the job may run on without its lease.
+  if (m_pid > 0 && !m_gone) kill_now_and_wait();
   if (m_tty >= 0) ::tcsetpgrp(m_tty, ::getpgrp());
 }
 
-std::expected<pid_t, SpawnError> Supervisor::start(std::vector<std::string> argv, std::vector<std::string> env) {
+void Supervisor::kill_now_and_wait() {
+  signal_job(SIGKILL);
+  // Bounded: SIGKILL cannot be caught, so only an unkillable (D-state) process can outlast this, and
+  // the watchdog (SIGKILL again when it sees the pipe close) and the cgroup's own kill follow anyway.
+  Deadline until = BootClock::now() + std::chrono::seconds(2);
+  while (BootClock::now() < until) {
+    reap();
+    if (m_exited && !job_alive()) {
+      m_gone = true;
+      break;
+    }
+    ::usleep(1000);
+  }
+  if (m_gone && m_watchdog) m_watchdog->disarm();
+  m_watchdog.reset();
+  m_cgroup.reset();
+}
+
+std::string Supervisor::containment() const {
+  return m_cgroup ? "cgroup " + m_cgroup->path() : std::string("process group");
+}
+
+std::expected<pid_t, SpawnError> Supervisor::start(std::vector<std::string> argv, std::vector<std::string> env,
+                                                   Deadline deadline) {
+  const Deadline stop_at = m_policy.stop_at(deadline);
+  if (BootClock::now() >= stop_at)
+    return std::unexpected(SpawnError{126, "the lease ran short before the command could start", true});
   // Orphaned descendants are re-parented to fencerun, so it can reap them and see the group empty.
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  std::string why_not;
+  if (auto cg = JobCgroup::create(why_not)) m_cgroup.emplace(std::move(*cg));
+  // The watchdog is forked while fencerun has a single thread; it knows the job before the job runs.
+  auto slack = std::min<std::chrono::milliseconds>(m_policy.grace / 4, std::chrono::milliseconds(20));
+  m_watchdog.emplace(m_policy.kill_signal, m_cgroup ? m_cgroup->kill_fd() : -1, slack);
   m_tty = foreground_tty();
-  SpawnRequest request{std::move(argv), std::move(env), m_signals.original_mask(), m_tty};
+  SpawnRequest request;
+  request.argv = std::move(argv);
+  request.env = std::move(env);
+  request.mask = m_signals.original_mask();
+  request.tty_fd = m_tty;
+  request.cgroup_procs_fd = m_cgroup ? m_cgroup->procs_fd() : -1;
+  request.watchdog_fd = m_watchdog->fd();
+  request.guard = Watchdog::guard_message(0, stop_at, m_policy.kill_at(deadline));
+  request.exec_before = stop_at;
+  request.ignore_sigchld = sigchld_was_ignored();
   auto pid = spawn(request);
   if (!pid) {
     if (m_tty >= 0) ::tcsetpgrp(m_tty, ::getpgrp());
     m_tty = -1;
+    // The child never ran the command (exec failed, or the gate closed): nothing to guard.
+    m_watchdog->disarm();
+    m_watchdog.reset();
+    m_cgroup.reset();
     return pid;
   }
   m_pid = *pid;
+  if (m_cgroup && !m_cgroup->contains(m_pid) && !m_cgroup->populated()) {
+    why_not = "the command could not join " + m_cgroup->path();
+    m_cgroup.reset();
+  }
+  log::event(log::Level::debug, "contained",
+             m_cgroup ? "the job runs in its own cgroup: every descendant is stopped with it"
+                      : "the job is stopped through its pid and process group (" + why_not +
+                            "): a process that leaves the group escapes",
+             m_context, {{"containment", containment()}});
   return pid;
+}
+
+void Supervisor::lease_renewed(Deadline deadline) {
+  if (m_watchdog) m_watchdog->update(m_policy.stop_at(deadline), m_policy.kill_at(deadline));
 }
 
 void Supervisor::reap() {
@@ -80,12 +140,19 @@ void Supervisor::reap() {
   }
 }
 
-bool Supervisor::group_alive() const { return ::kill(-m_pid, 0) == 0 || errno == EPERM; }
+bool Supervisor::job_alive() const {
+  if (m_cgroup && m_cgroup->populated()) return true;
+  return ::kill(-m_pid, 0) == 0 || errno == EPERM;
+}
 
-void Supervisor::signal_group(int signo) {
+void Supervisor::signal_job(int signo) {
+  if (m_pid <= 0) return;
+  if (signo == SIGKILL && m_cgroup) m_cgroup->kill();
   if (::kill(-m_pid, signo) != 0 && errno != ESRCH)
     log::event(log::Level::warn, "signal_failed", "cannot signal the command's process group", m_context,
                {{"signal", signal_name(signo)}, {"error", std::strerror(errno)}});
+  // The command itself may have left its group (setpgid, setsid); until it is reaped its pid is its own.
+  if (!m_exited) ::kill(m_pid, signo);
 }
 
 Outcome Supervisor::supervise(const LeaseWatch& lease) {
@@ -98,25 +165,33 @@ Outcome Supervisor::supervise(const LeaseWatch& lease) {
 
   auto begin_stop = [&](Deadline now, bool for_lease, const char* why) {
     Deadline deadline = lease.deadline();
-    kill_at = std::min(now + m_policy.grace, deadline - m_policy.margin);
+    kill_at = std::min(now + m_policy.grace, m_policy.kill_at(deadline));
     state = State::stopping;
     out.stopped_for_lease = out.stopped_for_lease || for_lease;
     log::event(for_lease ? log::Level::error : log::Level::info, "stopping", why, m_context,
                {{"signal", signal_name(m_policy.kill_signal)}, {"pgid", std::to_string(m_pid)}});
-    signal_group(m_policy.kill_signal);
+    if (m_watchdog) m_watchdog->stopping();
+    signal_job(m_policy.kill_signal);
+    // A job stopped by job control would never run its handler in the grace time otherwise.
+    signal_job(SIGCONT);
   };
 
   for (;;) {
     reap();
     Deadline now = BootClock::now();
-    bool alive = !m_exited || group_alive();
+    bool alive = !m_exited || job_alive();
     if (!alive) {
       out.command_died_at = now;
+      // fencerun was stopped or starved past the stop point and the watchdog ended the job: that is a
+      // lease stop too, whatever the wait status says.
+      if (state == State::running &&
+          (lease.lost() || (WIFSIGNALED(m_status) && now >= m_policy.stop_at(lease.deadline()))))
+        out.stopped_for_lease = true;
       break;
     }
     Deadline next = now + std::chrono::hours(24);
     if (state == State::running) {
-      Deadline stop_at = lease.deadline() - m_policy.grace - m_policy.margin;
+      Deadline stop_at = m_policy.stop_at(lease.deadline());
       if (lease.lost()) {
         begin_stop(now, true, "lease lost: stopping the command");
       } else if (now >= stop_at) {
@@ -129,7 +204,7 @@ Outcome Supervisor::supervise(const LeaseWatch& lease) {
     }
     if (state == State::stopping) {
       if (now >= kill_at) {
-        signal_group(SIGKILL);
+        signal_job(SIGKILL);
         out.killed = true;
         state = State::killed;
         log::event(log::Level::warn, "killed", "sent SIGKILL to the command's process group", m_context,
@@ -148,14 +223,17 @@ Outcome Supervisor::supervise(const LeaseWatch& lease) {
     if (fds[1].revents) drain(timer.get());
     if (lease.wake_fd >= 0 && fds[2].revents) drain(lease.wake_fd);
     while (auto sig = m_signals.read_one()) {
-      if (*sig == SIGCHLD) continue;  // reaped at the top of the loop
-      if (!m_exited && is_forwarded(*sig)) {
-        log::event(log::Level::info, "forwarded", "forwarding signal to the command", m_context,
-                   {{"signal", signal_name(*sig)}});
-        signal_group(*sig);
-      }
+      if (!is_forwarded(*sig)) continue;  // SIGCHLD: reaped at the top of the loop
+      log::event(log::Level::info, "forwarded", "forwarding signal to the command", m_context,
+                 {{"signal", signal_name(*sig)}});
+      signal_job(*sig);
     }
   }
+  // Every process of the job is gone: the watchdog has nothing left to guard.
+  m_gone = true;
+  if (m_watchdog) m_watchdog->disarm();
+  m_watchdog.reset();
+  m_cgroup.reset();
   out.wait_status = m_status;
   return out;
 }

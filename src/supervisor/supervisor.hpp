@@ -1,10 +1,14 @@
 #pragma once
-// Supervisor: runs the command in its own process group and watches it until the whole group is gone.
-// It forwards signals to the group, and enforces the stop sequence against a lease deadline it is given:
-//   kill signal at deadline - grace - margin (or at once when the lease is reported lost),
+// Supervisor: runs the command as a job (its own process group, and its own cgroup where one can be
+// made) and watches it until every process of the job is gone. It forwards signals to the job, and
+// enforces the stop sequence against a lease deadline it is given:
+//   kill signal (then SIGCONT) at deadline - grace - margin (or at once when the lease is reported lost),
 //   SIGKILL at deadline - margin (or grace after the kill signal, whichever comes first).
-// Processes left in the group after the command exits get the same sequence, so nothing outlives the
-// lease. Knows nothing of Redis.
+// The same points are handed to a watchdog process that enforces them on its own, so the job dies in
+// time even when fencerun is stopped, starved or killed. Processes left after the command exits get the
+// same sequence, so nothing outlives the lease. Once start() has succeeded, the job is killed on every
+// way out: a Supervisor destroyed before supervise() saw the job gone (an exception, an early return)
+// SIGKILLs it and waits for it. Knows nothing of Redis.
 #include <sys/types.h>
 
 #include <chrono>
@@ -13,8 +17,10 @@
 #include <optional>
 
 #include "log/log.hpp"
+#include "supervisor/cgroup.hpp"
 #include "supervisor/signals.hpp"
 #include "supervisor/spawn.hpp"
+#include "supervisor/watchdog.hpp"
 #include "util/clock.hpp"
 
 namespace fencerun::supervisor {
@@ -29,6 +35,10 @@ struct StopPolicy {
   int kill_signal = SIGTERM;
   std::chrono::milliseconds grace{};
   std::chrono::milliseconds margin{};
+
+  // The one stop formula: when the kill signal goes out, and when SIGKILL does.
+  Deadline stop_at(Deadline deadline) const { return deadline - grace - margin; }
+  Deadline kill_at(Deadline deadline) const { return deadline - margin; }
 };
 
 struct Outcome {
@@ -43,19 +53,29 @@ class Supervisor {
   Supervisor(SignalChannel& signals, StopPolicy policy, log::Context context);
   ~Supervisor();
 
-  // Starts the command (see spawn()). Call once.
-  std::expected<pid_t, SpawnError> start(std::vector<std::string> argv, std::vector<std::string> env);
-  // Runs until the command has exited and no process is left in its group.
+  // Starts the command (see spawn()) under a lease that ends at `deadline`; never once its stop point
+  // has passed (SpawnError::too_late). Call once.
+  std::expected<pid_t, SpawnError> start(std::vector<std::string> argv, std::vector<std::string> env,
+                                         Deadline deadline);
+  // Runs until the command has exited and no process of the job is left.
   Outcome supervise(const LeaseWatch& lease);
+  // A renewal moved the deadline: tell the watchdog. Safe to call from any thread.
+  void lease_renewed(Deadline deadline);
+  // How the job is contained, for the log: "cgroup PATH" or "process group".
+  std::string containment() const;
 
  private:
   void reap();
-  bool group_alive() const;
-  void signal_group(int signo);
+  bool job_alive() const;
+  void signal_job(int signo);
+  void kill_now_and_wait();
 
   SignalChannel& m_signals;
   StopPolicy m_policy;
   log::Context m_context;
+  std::optional<JobCgroup> m_cgroup;
+  std::optional<Watchdog> m_watchdog;
+  bool m_gone = false;  // every process of the job was seen gone
   pid_t m_pid = -1;
   int m_tty = -1;
   bool m_exited = false;

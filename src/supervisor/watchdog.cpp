@@ -1,76 +1,182 @@
 #include "supervisor/watchdog.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
-#include <cstdint>
 #include <system_error>
 
 namespace fencerun::supervisor {
 namespace {
 
-[[noreturn]] void watchdog_main(int read_fd) {
+std::int64_t boot_ns() { return BootClock::now().time_since_epoch().count(); }
+std::int64_t to_ns(Deadline d) { return d.time_since_epoch().count(); }
+
+// Closes every descriptor but `keep_a` and `keep_b` (either may be -1) from 3 on.
+void close_all_but(int keep_a, int keep_b) {
+  int lo = std::min(keep_a, keep_b), hi = std::max(keep_a, keep_b);
+  unsigned from = 3;
+  for (int keep : {lo, hi}) {
+    if (keep < 0 || static_cast<unsigned>(keep) < from) continue;
+    if (static_cast<unsigned>(keep) > from) ::close_range(from, static_cast<unsigned>(keep) - 1, 0);
+    from = static_cast<unsigned>(keep) + 1;
+  }
+  ::close_range(from, ~0U, 0);
+}
+
+// Only async-signal-safe calls from here on: the parent may have been multi-threaded at fork.
+[[noreturn]] void watchdog_main(int read_fd, int cgroup_kill_fd, int kill_signal, std::int64_t slack_ns) {
   sigset_t all;
   sigfillset(&all);
   ::sigprocmask(SIG_SETMASK, &all, nullptr);
-  // Its own group: a kill aimed at fencerun's group must not take the watchdog with it.
+  // Its own group: a kill or a stop aimed at fencerun's group must not take the watchdog with it.
   ::setpgid(0, 0);
   ::prctl(PR_SET_NAME, "fencerun-watch");
+  close_all_but(read_fd, cgroup_kill_fd);
   int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
   if (devnull >= 0) {
-    ::dup2(devnull, 0);
-    ::dup2(devnull, 1);
-    ::dup2(devnull, 2);
+    for (int fd = 0; fd <= 2; ++fd) ::dup2(devnull, fd);
+    if (devnull > 2) ::close(devnull);
   }
-  if (read_fd != 3) {
-    ::dup2(read_fd, 3);
-  }
-  ::close_range(4, ~0U, 0);  // the Redis socket and anything else fencerun holds
-  std::int32_t pgid = 0;
+  ::fcntl(read_fd, F_SETFL, O_NONBLOCK);
+  int timer = ::timerfd_create(CLOCK_BOOTTIME, TFD_CLOEXEC | TFD_NONBLOCK);
+
+  pid_t pid = 0;
+  std::int64_t stop_ns = 0, kill_ns = 0;
+  bool parent_stopping = false, sent_stop = false, sent_kill = false;
+  auto hit = [&](int sig) {
+    if (pid <= 0) return;
+    ::kill(-pid, sig);
+    ::kill(pid, sig);  // the command may have left its group
+    if (sig == SIGKILL && cgroup_kill_fd >= 0) [[maybe_unused]] auto n = ::write(cgroup_kill_fd, "1", 1);
+  };
+
   for (;;) {
-    std::int32_t message = 0;
-    ssize_t n = ::read(3, &message, sizeof message);
-    if (n == static_cast<ssize_t>(sizeof message)) {
-      if (message <= 0) ::_exit(0);  // disarmed
-      pgid = message;
-      continue;
+    WatchMessage batch[16];
+    for (;;) {
+      ssize_t n = ::read(read_fd, batch, sizeof batch);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) break;  // EAGAIN: nothing more for now
+      if (n == 0) {      // end of file: fencerun is gone, or dropped us without disarming
+        hit(SIGKILL);
+        ::_exit(0);
+      }
+      for (ssize_t i = 0; i + static_cast<ssize_t>(sizeof(WatchMessage)) <= n; i += sizeof(WatchMessage)) {
+        const WatchMessage& m = batch[i / static_cast<ssize_t>(sizeof(WatchMessage))];
+        switch (m.kind) {
+          case WatchMessage::guard:
+            pid = m.pid;
+            if (m.stop_ns > 0) stop_ns = m.stop_ns, kill_ns = m.kill_ns;
+            break;
+          case WatchMessage::deadline:
+            // A renewal only ever moves the points later; once the job is being stopped it stays so.
+            if (!sent_stop) stop_ns = std::max(stop_ns, m.stop_ns);
+            if (!sent_kill) kill_ns = std::max(kill_ns, m.kill_ns);
+            break;
+          case WatchMessage::stopping: parent_stopping = true; break;
+          case WatchMessage::disarm: ::_exit(0);
+          default: break;
+        }
+      }
     }
-    if (n < 0 && errno == EINTR) continue;
-    // End of file: fencerun is gone.
-    if (pgid > 0) ::kill(-pgid, SIGKILL);
-    ::_exit(0);
+    std::int64_t now = boot_ns();
+    if (pid > 0 && stop_ns > 0 && !sent_stop && !parent_stopping && now >= stop_ns + slack_ns) {
+      hit(kill_signal);
+      hit(SIGCONT);  // a stopped job must be able to run its handler in the grace time
+      sent_stop = true;
+    }
+    if (pid > 0 && kill_ns > 0 && !sent_kill && now >= kill_ns) {
+      hit(SIGKILL);
+      sent_kill = true;
+    }
+    std::int64_t next = 0;
+    if (pid > 0 && stop_ns > 0 && !sent_stop && !parent_stopping) next = stop_ns + slack_ns;
+    if (pid > 0 && kill_ns > 0 && !sent_kill) next = next ? std::min(next, kill_ns) : kill_ns;
+    itimerspec spec{};
+    if (next > 0) {
+      spec.it_value.tv_sec = next / 1'000'000'000;
+      spec.it_value.tv_nsec = next % 1'000'000'000;
+    }
+    if (timer >= 0) ::timerfd_settime(timer, TFD_TIMER_ABSTIME, &spec, nullptr);
+    pollfd fds[2] = {{read_fd, POLLIN, 0}, {timer, POLLIN, 0}};
+    int ready = ::poll(fds, timer >= 0 ? 2 : 1, timer >= 0 || next == 0 ? -1 : 10);
+    if (ready > 0 && timer >= 0 && fds[1].revents) {
+      std::uint64_t expirations;
+      [[maybe_unused]] auto n = ::read(timer, &expirations, sizeof expirations);
+    }
   }
 }
 
 }  // namespace
 
-Watchdog::Watchdog() {
+Watchdog::Watchdog(int kill_signal, int cgroup_kill_fd, std::chrono::milliseconds slack) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category(), "pipe2");
   UniqueFd read_end(fds[0]);
   m_pipe.reset(fds[1]);
   m_pid = ::fork();
   if (m_pid < 0) throw std::system_error(errno, std::generic_category(), "fork");
-  if (m_pid == 0) watchdog_main(read_end.get());
+  if (m_pid == 0)
+    watchdog_main(read_end.get(), cgroup_kill_fd, kill_signal,
+                  std::chrono::duration_cast<std::chrono::nanoseconds>(slack).count());
 }
 
 Watchdog::~Watchdog() {
-  // Not waited for: once disarmed it exits by itself, and fencerun's reaper (or init) collects it.
-  disarm();
+  // Closing the pipe without a disarm message makes the watchdog SIGKILL the job. Not waited for: it
+  // exits by itself, and fencerun's reaper (or init) collects it.
+  m_pipe.reset();
+}
+
+WatchMessage Watchdog::guard_message(pid_t pgid, Deadline stop_at, Deadline kill_at) {
+  WatchMessage m;
+  m.kind = WatchMessage::guard;
+  m.pid = static_cast<std::int32_t>(pgid);
+  m.stop_ns = to_ns(stop_at);
+  m.kill_ns = to_ns(kill_at);
+  return m;
+}
+
+void Watchdog::send(const WatchMessage& m) {
+  if (!m_pipe) return;
+  for (;;) {
+    ssize_t n = ::write(m_pipe.get(), &m, sizeof m);
+    if (n < 0 && errno == EINTR) continue;
+    return;
+  }
 }
 
 void Watchdog::guard(pid_t pgid) {
-  std::int32_t message = static_cast<std::int32_t>(pgid);
-  [[maybe_unused]] auto n = ::write(m_pipe.get(), &message, sizeof message);
+  WatchMessage m;
+  m.kind = WatchMessage::guard;
+  m.pid = static_cast<std::int32_t>(pgid);
+  send(m);
+}
+
+void Watchdog::guard(pid_t pgid, Deadline stop_at, Deadline kill_at) { send(guard_message(pgid, stop_at, kill_at)); }
+
+void Watchdog::update(Deadline stop_at, Deadline kill_at) {
+  WatchMessage m;
+  m.kind = WatchMessage::deadline;
+  m.stop_ns = to_ns(stop_at);
+  m.kill_ns = to_ns(kill_at);
+  send(m);
+}
+
+void Watchdog::stopping() {
+  WatchMessage m;
+  m.kind = WatchMessage::stopping;
+  send(m);
 }
 
 void Watchdog::disarm() {
-  if (!m_pipe) return;
-  std::int32_t message = 0;
-  [[maybe_unused]] auto n = ::write(m_pipe.get(), &message, sizeof message);
+  WatchMessage m;
+  m.kind = WatchMessage::disarm;
+  send(m);
   m_pipe.reset();
 }
 

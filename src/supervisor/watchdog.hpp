@@ -1,27 +1,62 @@
 #pragma once
-// Watchdog: a tiny forked process that kills the command's whole process group with SIGKILL if
-// fencerun dies without saying goodbye (even by SIGKILL), so no job runs on without its lease. It
-// learns of fencerun's death through end-of-file on a pipe. Fork it while fencerun is single-threaded.
+// Watchdog: a tiny forked process that enforces the lease deadline on the job by itself, so the
+// invariant does not depend on fencerun being scheduled. It is told the job's pid (by the child itself,
+// before exec) and every new stop point and kill point (after each renewal), and:
+//   - at the stop point (plus a small slack, unless fencerun said it is stopping the job itself) sends
+//     the kill signal and SIGCONT to the job's pid and process group;
+//   - at the kill point sends SIGKILL to the pid, the group and the job's cgroup (cgroup.kill);
+//   - when fencerun dies (end of file on its pipe, even after SIGKILL or SIGSTOP-then-kill) or drops
+//     the Watchdog object without disarming it, SIGKILLs the job at once.
+// It lives in a process group of its own, so a signal aimed at fencerun's group (a terminal's Ctrl-Z,
+// kill -STOP -PGID) does not stop it too. Fork it while fencerun has a single thread.
 #include <sys/types.h>
 
+#include <cstdint>
+
+#include "util/clock.hpp"
 #include "util/fd.hpp"
 
 namespace fencerun::supervisor {
 
+// One message on the watchdog's pipe; smaller than PIPE_BUF, so every write is atomic.
+struct WatchMessage {
+  enum Kind : std::int32_t { guard = 1, deadline = 2, stopping = 3, disarm = 4 };
+  std::int32_t kind = 0;
+  std::int32_t pid = 0;       // guard: the job's pid, which is also its process group id
+  std::int64_t stop_ns = 0;   // guard, deadline: CLOCK_BOOTTIME nanoseconds
+  std::int64_t kill_ns = 0;
+};
+
 class Watchdog {
  public:
-  // Forks the watchdog. Throws std::system_error when it cannot.
-  Watchdog();
+  // Forks the watchdog. `kill_signal` is sent at the stop point, SIGKILL at the kill point;
+  // `cgroup_kill_fd` (>= 0: an open cgroup.kill file) is written at the kill point too. Throws
+  // std::system_error when it cannot fork.
+  explicit Watchdog(int kill_signal = 15, int cgroup_kill_fd = -1,
+                    std::chrono::milliseconds slack = std::chrono::milliseconds(20));
+  // Without disarm(): the watchdog SIGKILLs the job (this is what an exception unwinding past a
+  // running job relies on).
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
-  // From now on, guard process group `pgid`.
+  // The pipe's write end (close-on-exec), for the child to send its own guard message before exec.
+  int fd() const { return m_pipe.get(); }
+  pid_t pid() const { return m_pid; }
+  static WatchMessage guard_message(pid_t pgid, Deadline stop_at, Deadline kill_at);
+
+  // From now on, guard process group `pgid` (without a deadline unless one is given).
   void guard(pid_t pgid);
-  // The group is gone: let the watchdog exit quietly.
+  void guard(pid_t pgid, Deadline stop_at, Deadline kill_at);
+  // A renewal moved the stop and kill points. Safe to call from any thread.
+  void update(Deadline stop_at, Deadline kill_at);
+  // fencerun is sending the kill signal itself: the watchdog only enforces the kill point.
+  void stopping();
+  // The job is gone: let the watchdog exit quietly.
   void disarm();
 
  private:
+  void send(const WatchMessage& m);
   UniqueFd m_pipe;
   pid_t m_pid = -1;
 };

@@ -139,8 +139,22 @@ TEST(lease_timing, accepts_the_largest_grace_its_error_suggests) {
 
 TEST(lease_timing, points_at_renew_when_no_grace_would_fit) {
   EXPECT_EQ(error_of(milliseconds(30'000), milliseconds(29'700), milliseconds(0)),
-            "--grace: 0s is too large for --ttl 30s: renew + grace + 100ms margin + 302ms drift must stay "
-            "below the ttl (lower --renew first)");
+            "--renew: 29700ms is too large for --ttl 30s: renew + grace + 100ms margin + 302ms drift must stay "
+            "below the ttl (with --grace 0s, at most 29597ms)");
+}
+
+TEST(lease_timing, names_renew_when_only_renew_was_given) {
+  // The default grace (5s) is fine; the --renew the user set is what does not fit.
+  EXPECT_EQ(error_of(milliseconds(30'000), milliseconds(25'000)),
+            "--renew: 25s is too large for --ttl 30s: renew + grace + 100ms margin + 302ms drift must stay "
+            "below the ttl (with --grace 5s, at most 24597ms)");
+  EXPECT_TRUE(LeaseTiming::make(milliseconds(30'000), milliseconds(24'597), std::nullopt).has_value());
+}
+
+TEST(lease_timing, names_grace_when_both_were_given_and_renew_is_within_its_bound) {
+  EXPECT_EQ(error_of(milliseconds(30'000), milliseconds(10'000), milliseconds(20'000)),
+            "--grace: 20s is too large for --ttl 30s: renew + grace + 100ms margin + 302ms drift must stay "
+            "below the ttl (with --renew 10s, at most 19597ms)");
 }
 
 TEST(lease_timing, follows_the_documented_rule_at_its_boundary) {

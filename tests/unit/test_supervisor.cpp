@@ -6,6 +6,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <functional>
+#include <mutex>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -27,13 +32,37 @@ using fencerun::supervisor::StopPolicy;
 using fencerun::supervisor::Supervisor;
 using std::chrono::milliseconds;
 
+namespace fencerun::test {
+// A scratch directory for one test.
+struct TempDirLike {
+  std::string path;
+  TempDirLike() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "fencerun-unit.XXXXXX").string();
+    path = ::mkdtemp(pattern.data()) ? pattern : "/tmp";
+  }
+  ~TempDirLike() {
+    std::error_code ec;
+    if (path != "/tmp") std::filesystem::remove_all(path, ec);
+  }
+};
+}  // namespace fencerun::test
+
 namespace {
 
 // A lease as the supervisor sees it: a deadline that renewals move, a lost flag and its wake-up fd.
 class FakeLease {
  public:
   explicit FakeLease(Deadline deadline) : m_deadline(deadline.time_since_epoch().count()) {}
-  void set_deadline(Deadline d) { m_deadline.store(d.time_since_epoch().count()); }
+  // As the keeper does: publish the deadline, then pass it on (to the supervisor's watchdog).
+  void set_deadline(Deadline d) {
+    m_deadline.store(d.time_since_epoch().count());
+    std::lock_guard lock(m_mutex);
+    if (m_on_renewed) m_on_renewed(d);
+  }
+  void on_renewed(std::function<void(Deadline)> f) {
+    std::lock_guard lock(m_mutex);
+    m_on_renewed = std::move(f);
+  }
   Deadline deadline() const { return Deadline(BootClock::duration(m_deadline.load())); }
   void lose() {
     m_lost.store(true);
@@ -47,6 +76,8 @@ class FakeLease {
  private:
   std::atomic<BootClock::rep> m_deadline;
   std::atomic<bool> m_lost{false};
+  std::mutex m_mutex;
+  std::function<void(Deadline)> m_on_renewed;
   UniqueFd m_wake{::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)};
 };
 
@@ -64,10 +95,12 @@ Supervised supervise(SignalChannel& signals, std::vector<std::string> argv, Fake
                      StopPolicy policy = k_policy) {
   Supervisor supervisor(signals, policy, fencerun::log::Context{"unit", "1"});
   Supervised run{{}, BootClock::now()};
-  auto pid = supervisor.start(std::move(argv), {"PATH=/usr/bin:/bin"});
+  auto pid = supervisor.start(std::move(argv), {"PATH=/usr/bin:/bin"}, lease.deadline());
   EXPECT_TRUE(pid.has_value()) << (pid ? "" : pid.error().message);
   if (!pid) return run;
+  lease.on_renewed([&supervisor](Deadline d) { supervisor.lease_renewed(d); });
   run.outcome = supervisor.supervise(lease.watch());
+  lease.on_renewed({});
   return run;
 }
 
@@ -234,7 +267,82 @@ TEST_F(supervisor, forwards_signals_to_the_command_group) {
 
 TEST_F(supervisor, reports_a_command_that_cannot_be_found) {
   Supervisor unstarted(m_signals, k_policy, fencerun::log::Context{"unit", "1"});
-  auto pid = unstarted.start({"fencerun-no-such-command"}, {"PATH=/usr/bin:/bin"});
+  auto pid = unstarted.start({"fencerun-no-such-command"}, {"PATH=/usr/bin:/bin"},
+                             BootClock::now() + std::chrono::hours(1));
   ASSERT_FALSE(pid.has_value());
   EXPECT_EQ(pid.error().exit_code, 127);
+}
+
+TEST_F(supervisor, never_starts_a_command_past_its_stop_point) {
+  // 600ms left is inside grace (400ms) + margin (300ms): the command must not run at all.
+  fencerun::test::TempDirLike dir;
+  Supervisor late(m_signals, k_policy, fencerun::log::Context{"unit", "1"});
+  auto pid = late.start(sh("touch " + dir.path + "/ran"), {"PATH=/usr/bin:/bin"},
+                        BootClock::now() + milliseconds(600));
+  ASSERT_FALSE(pid.has_value());
+  EXPECT_TRUE(pid.error().too_late);
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_FALSE(std::filesystem::exists(dir.path + "/ran"));
+}
+
+TEST_F(supervisor, has_the_watchdog_stop_the_job_when_nobody_supervises_it) {
+  // fencerun stopped or starved after start(): supervise() never runs, yet the job must get the kill
+  // signal at the stop point and be dead before the deadline.
+  Deadline deadline = BootClock::now() + milliseconds(1'500);
+  Supervisor frozen(m_signals, k_policy, fencerun::log::Context{"unit", "1"});
+  auto pid = frozen.start(sh("trap '' TERM; while :; do sleep 0.05; done"), {"PATH=/usr/bin:/bin"}, deadline);
+  ASSERT_TRUE(pid.has_value());
+  // Not our child's reaper here: look at /proc until it is a zombie or gone.
+  auto dead = [&] {
+    std::ifstream status("/proc/" + std::to_string(*pid) + "/status");
+    std::string line;
+    while (std::getline(status, line))
+      if (line.starts_with("State:")) return line.find('Z') != std::string::npos;
+    return true;
+  };
+  while (!dead() && BootClock::now() < deadline + std::chrono::seconds(3))
+    std::this_thread::sleep_for(milliseconds(5));
+  Deadline died = BootClock::now();
+  EXPECT_TRUE(dead());
+  EXPECT_LT(died, deadline) << "the job outlived its lease by "
+                            << std::chrono::duration_cast<milliseconds>(died - deadline).count() << "ms";
+  EXPECT_GE(died, deadline - milliseconds(700));
+}
+
+TEST_F(supervisor, kills_the_whole_job_when_dropped_while_it_runs) {
+  // An exception between start() and the end of supervise() unwinds through the destructor: every
+  // process of the job, the ones that left its process group included, must be dead when it returns.
+  fencerun::test::TempDirLike dir;
+  std::string pids = dir.path + "/pids";
+  pid_t command = -1;
+  {
+    Supervisor dropped(m_signals, k_policy, fencerun::log::Context{"unit", "1"});
+    auto pid = dropped.start(sh("sleep 1000 & echo $! >> " + pids + "; setsid sleep 1000 & echo $! >> " + pids +
+                                "; echo ready >> " + pids + "; wait"),
+                             {"PATH=/usr/bin:/bin"}, BootClock::now() + std::chrono::hours(1));
+    ASSERT_TRUE(pid.has_value());
+    command = *pid;
+    for (int i = 0; i < 500; ++i) {
+      std::ifstream in(pids);
+      std::stringstream all;
+      all << in.rdbuf();
+      if (all.str().find("ready") != std::string::npos) break;
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+  }
+  std::ifstream in(pids);
+  std::vector<pid_t> left;
+  for (std::string line; std::getline(in, line);)
+    if (line != "ready") left.push_back(std::stoi(line));
+  ASSERT_EQ(left.size(), 2u);
+  left.push_back(command);
+  for (pid_t p : left) {
+    // Gone, or a zombie waiting for its reaper: either way it runs no more.
+    std::ifstream status("/proc/" + std::to_string(p) + "/status");
+    std::string line, state;
+    while (std::getline(status, line))
+      if (line.starts_with("State:")) state = line;
+    EXPECT_TRUE(state.empty() || state.find('Z') != std::string::npos) << p << " still runs: " << state;
+    ::kill(p, SIGKILL);
+  }
 }

@@ -1,0 +1,43 @@
+#pragma once
+// JobCgroup: a cgroup v2 group of the job's own, below fencerun's cgroup, when the hierarchy is writable
+// there (root, or a unit with Delegate=yes). Every descendant of the command stays in it whatever it
+// does with process groups and sessions (setsid, setpgid, `set -m`), and cgroup.kill ends them all at
+// once. Where no cgroup can be made, the job is stopped through its pid and process group only.
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+
+#include "util/fd.hpp"
+
+namespace fencerun::supervisor {
+
+class JobCgroup {
+ public:
+  // Makes the cgroup, or returns nullopt with the reason in `why_not` (disabled by
+  // FENCERUN_CGROUP=off, no cgroup v2, not writable, no cgroup.kill on this kernel).
+  static std::optional<JobCgroup> create(std::string& why_not);
+  JobCgroup(JobCgroup&& other) noexcept;
+  JobCgroup& operator=(JobCgroup&&) = delete;
+  // Kills what is left and removes the cgroup.
+  ~JobCgroup();
+
+  const std::string& path() const { return m_path; }
+  // Open for writing: "0" written to procs_fd() moves the writer in (the child does it before exec).
+  int procs_fd() const { return m_procs.get(); }
+  int kill_fd() const { return m_kill.get(); }
+  // True while any process is in the cgroup (cgroup.events "populated 1").
+  bool populated() const;
+  // SIGKILL to every process in the cgroup.
+  void kill() const;
+  // Whether `pid` is in this cgroup (read from /proc/PID/cgroup).
+  bool contains(pid_t pid) const;
+
+ private:
+  JobCgroup() = default;
+  std::string m_path;      // absolute path in the mounted hierarchy
+  std::string m_relative;  // as /proc/PID/cgroup shows it
+  UniqueFd m_procs, m_kill, m_events;
+};
+
+}  // namespace fencerun::supervisor
