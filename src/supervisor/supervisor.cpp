@@ -64,9 +64,14 @@ void Supervisor::kill_now_and_wait() {
     }
     ::usleep(1000);
   }
-  if (m_gone && m_watchdog) m_watchdog->disarm();
-  m_watchdog.reset();
+  drop_watchdog(m_gone);
   m_cgroup.reset();
+}
+
+void Supervisor::drop_watchdog(bool disarm) {
+  std::lock_guard lock(m_watchdog_mutex);
+  if (disarm && m_watchdog) m_watchdog->disarm();
+  m_watchdog.reset();
 }
 
 std::string Supervisor::containment() const {
@@ -101,8 +106,7 @@ std::expected<pid_t, SpawnError> Supervisor::start(std::vector<std::string> argv
     if (m_tty >= 0) ::tcsetpgrp(m_tty, ::getpgrp());
     m_tty = -1;
     // The child never ran the command (exec failed, or the gate closed): nothing to guard.
-    m_watchdog->disarm();
-    m_watchdog.reset();
+    drop_watchdog(true);
     m_cgroup.reset();
     return pid;
   }
@@ -120,6 +124,7 @@ std::expected<pid_t, SpawnError> Supervisor::start(std::vector<std::string> argv
 }
 
 void Supervisor::lease_renewed(Deadline deadline) {
+  std::lock_guard lock(m_watchdog_mutex);
   if (m_watchdog) m_watchdog->update(m_policy.stop_at(deadline), m_policy.kill_at(deadline));
 }
 
@@ -170,7 +175,10 @@ Outcome Supervisor::supervise(const LeaseWatch& lease) {
     out.stopped_for_lease = out.stopped_for_lease || for_lease;
     log::event(for_lease ? log::Level::error : log::Level::info, "stopping", why, m_context,
                {{"signal", signal_name(m_policy.kill_signal)}, {"pgid", std::to_string(m_pid)}});
-    if (m_watchdog) m_watchdog->stopping();
+    {
+      std::lock_guard lock(m_watchdog_mutex);
+      if (m_watchdog) m_watchdog->stopping();
+    }
     signal_job(m_policy.kill_signal);
     // A job stopped by job control would never run its handler in the grace time otherwise.
     signal_job(SIGCONT);
@@ -231,8 +239,7 @@ Outcome Supervisor::supervise(const LeaseWatch& lease) {
   }
   // Every process of the job is gone: the watchdog has nothing left to guard.
   m_gone = true;
-  if (m_watchdog) m_watchdog->disarm();
-  m_watchdog.reset();
+  drop_watchdog(true);
   m_cgroup.reset();
   out.wait_status = m_status;
   return out;

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <expected>
 #include <functional>
+#include <mutex>
 #include <optional>
 
 #include "log/log.hpp"
@@ -69,12 +70,14 @@ class Supervisor {
   bool job_alive() const;
   void signal_job(int signo);
   void kill_now_and_wait();
+  void drop_watchdog(bool disarm);
 
   SignalChannel& m_signals;
   StopPolicy m_policy;
   log::Context m_context;
   std::optional<JobCgroup> m_cgroup;
-  std::optional<Watchdog> m_watchdog;
+  std::optional<Watchdog> m_watchdog;  // guarded by m_watchdog_mutex (renewals reach it from another thread)
+  mutable std::mutex m_watchdog_mutex;
   bool m_gone = false;  // every process of the job was seen gone
   pid_t m_pid = -1;
   int m_tty = -1;

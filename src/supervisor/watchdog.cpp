@@ -119,6 +119,9 @@ Watchdog::Watchdog(int kill_signal, int cgroup_kill_fd, std::chrono::millisecond
   if (::pipe2(fds, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category(), "pipe2");
   UniqueFd read_end(fds[0]);
   m_pipe.reset(fds[1]);
+  // Never block a writer (the renewal thread) on a watchdog that is itself stopped: a full pipe drops
+  // the update, and the watchdog acts on the points it already has, which only errs on the safe side.
+  ::fcntl(fds[1], F_SETFL, O_NONBLOCK);
   m_pid = ::fork();
   if (m_pid < 0) throw std::system_error(errno, std::generic_category(), "fork");
   if (m_pid == 0)

@@ -25,7 +25,7 @@ class ReplyProxy {
  public:
   struct Mode {
     std::chrono::milliseconds reply_delay{0};
-    int resets_after_script = 0;  // connections to reset after the reply to their first EVAL/EVALSHA
+    int resets_after_script = 0;  // connections to reset after the reply to their first script run
   };
 
   ReplyProxy(int target_port, Mode mode) : m_target(target_port), m_mode(mode) {
@@ -109,7 +109,8 @@ class ReplyProxy {
       if (p[1].revents) {
         ssize_t n = ::read(server, buf, sizeof buf);
         if (n <= 0) break;
-        if (reset_this) {
+        // A NOSCRIPT answer means the script did not run (EVAL follows): only a real reply is lost.
+        if (reset_this && !std::string_view(buf, static_cast<size_t>(n)).starts_with("-NOSCRIPT")) {
           linger l{1, 0};  // close with RST: the reply is lost, the request has run
           ::setsockopt(client, SOL_SOCKET, SO_LINGER, &l, sizeof l);
           break;

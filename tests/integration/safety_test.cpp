@@ -201,6 +201,9 @@ TEST_F(SafetyTest, UnexpectedSignalEndsTheWaitHoldingNothing) {
   ASSERT_TRUE(wait_until([&] { return redis().exists("fencerun:{waited}:queue"); }, 5s));
   ASSERT_TRUE(waiter->signal(SIGALRM));
   EXPECT_EQ(waiter->wait_for_exit(5s), 128 + SIGALRM) << waiter->result();
+  // It ended the wait itself (rather than being killed by the signal): its place in the queue is gone.
+  auto queued = redis().cmd({"ZCARD", "fencerun:{waited}:queue"});
+  EXPECT_EQ(queued.integer, 0) << "the waiter died without leaving the queue";
   touch("go");
   EXPECT_EQ(holder->wait_for_exit(10s), 0);
   EXPECT_FALSE(std::filesystem::exists(file("ran")));

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <ostream>
@@ -238,11 +239,15 @@ RunResult Process::result() const {
   return r;
 }
 
-const char* fencerun_binary() { return FENCERUN_BINARY; }
+// FENCERUN_TEST_BINARY runs the suite against another build (an installed package, an older commit).
+const char* fencerun_binary() {
+  const char* other = std::getenv("FENCERUN_TEST_BINARY");
+  return other && *other ? other : FENCERUN_BINARY;
+}
 
 namespace {
 std::vector<std::string> with_binary(std::vector<std::string> args) {
-  args.insert(args.begin(), FENCERUN_BINARY);
+  args.insert(args.begin(), fencerun_binary());
   return args;
 }
 }  // namespace
