@@ -248,7 +248,7 @@ TEST(FenceFile, DelayedRequestIsRejected) {
   // The guard has started (while the lease is valid) and spooled nothing yet: its temp file exists.
   ASSERT_TRUE(wait_until([&] { return !temp_files(lab.dir().path()).empty(); }, 10s)) << a.result();
   // A's fencerun stops renewing (paused); the request stays in flight.
-  ::kill(a.pid(), SIGSTOP);
+  pause_owner(a.pid());
   ASSERT_TRUE(lab.wait_lock_free(10s));
 
   Owner b(lab, kit, "b", "10s", "5s");
@@ -269,7 +269,7 @@ TEST(FenceFile, DelayedRequestIsRejected) {
   ASSERT_EQ(::write(cwr.get(), a_data.data(), a_data.size()), static_cast<ssize_t>(a_data.size()));
   ASSERT_TRUE(wait_for_line(lab.file("a.cdone"), 10s));
   EXPECT_EQ(kit.control_value(), trim(a_data)) << "the unguarded control lets the delayed write through";
-  ::kill(a.pid(), SIGCONT);
+  resume_owner(a.pid());
   EXPECT_TRUE(a.wait_for_exit(10s).has_value());
   EXPECT_EQ(b.finish(), 0) << b.result();
   EXPECT_NE(a.result().err.find("stale token " + *a_token + " rejected"), std::string::npos) << a.result();

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -112,7 +113,34 @@ void Owner::request(const std::string& line) {
     throw std::runtime_error("cannot send a request to owner " + m_label);
 }
 
+// fencerun's watchdog ("fencerun-watch", a child of fencerun in a group of its own), or -1.
+pid_t watchdog_of(pid_t fencerun) {
+  std::ifstream children("/proc/" + std::to_string(fencerun) + "/task/" + std::to_string(fencerun) + "/children");
+  for (pid_t child; children >> child;) {
+    std::ifstream comm("/proc/" + std::to_string(child) + "/comm");
+    std::string name;
+    if (std::getline(comm, name) && name == "fencerun-watch") return child;
+  }
+  return -1;
+}
+
+void pause_owner(pid_t fencerun) {
+  pid_t w = watchdog_of(fencerun);
+  if (w > 0) ::kill(w, SIGSTOP);
+  ::kill(fencerun, SIGSTOP);
+}
+
+void resume_owner(pid_t fencerun) {
+  ::kill(fencerun, SIGCONT);
+  pid_t w = watchdog_of(fencerun);
+  if (w > 0) ::kill(w, SIGCONT);
+}
+
+// The whole owner pauses, as a stopped VM or a long GC pause of the host would: fencerun, its
+// watchdog (which would otherwise stop the command at the lease deadline on its own) and the command.
 void Owner::freeze() {
+  m_watchdog = watchdog_of(m_proc->pid());
+  if (m_watchdog > 0) ::kill(m_watchdog, SIGSTOP);
   ::kill(m_proc->pid(), SIGSTOP);
   ::kill(-m_pgid, SIGSTOP);
   bool ok = wait_until([&] { return stopped(m_proc->pid()) && stopped(m_cmd_pid); }, 5s, 1ms);
@@ -125,7 +153,10 @@ void Owner::freeze() {
 }
 
 void Owner::thaw_command() { ::kill(-m_pgid, SIGCONT); }
-void Owner::thaw_fencerun() { ::kill(m_proc->pid(), SIGCONT); }
+void Owner::thaw_fencerun() {
+  ::kill(m_proc->pid(), SIGCONT);
+  if (m_watchdog > 0) ::kill(m_watchdog, SIGCONT);
+}
 
 std::optional<int> Owner::finish(Clock::duration timeout) {
   request("exit\n");

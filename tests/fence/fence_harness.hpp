@@ -67,6 +67,12 @@ class Lab {
 // token, then reads requests from the FIFO <label>.ctl: "go" performs the next write n (guarded
 // write, then the unguarded control write, then the guard's status to <label>.rc<n>), anything else
 // ends the command.
+// An owner host paused as a whole (a stopped VM, a long pause of the machine): fencerun and its
+// watchdog stop, so nothing enforces the lease on that side until it resumes.
+pid_t watchdog_of(pid_t fencerun);
+void pause_owner(pid_t fencerun);
+void resume_owner(pid_t fencerun);
+
 class Owner {
  public:
   Owner(Lab& lab, const GuardKit& kit, std::string label, std::string ttl, std::string wait = "0");
@@ -105,6 +111,7 @@ class Owner {
   UniqueFd m_ctl;  // the request FIFO, held open read-write (so neither side blocks on open)
   std::unique_ptr<FencerunProcess> m_proc;
   pid_t m_cmd_pid = -1;
+  pid_t m_watchdog = -1;
   pid_t m_pgid = -1;
   long long m_token = 0;
   int m_writes = 0;

@@ -460,7 +460,7 @@ TEST(FencePostgresql, DelayedTransactionBlockedBehindNewOwnerIsRejected) {
   // A starts its transactions while valid (an earlier, valid admit of A is not needed for the point).
   send(a_sql.get(), "BEGIN;\nSELECT 1;\n");
   send(actl_sql.get(), "BEGIN;\nSELECT 1;\n");
-  ::kill(a.pid(), SIGSTOP);  // A's fencerun pauses: its lease runs out
+  pause_owner(a.pid());  // A's fencerun pauses: its lease runs out
   ASSERT_TRUE(lab.wait_lock_free(10s));
 
   const std::string b_script = "echo \"$FENCERUN_TOKEN\" > b.token\n" + client("b", "b.sql") + "sleep 1000\n";
@@ -505,7 +505,7 @@ TEST(FencePostgresql, DelayedTransactionBlockedBehindNewOwnerIsRejected) {
   ASSERT_EQ(wait_for_line(lab.file("actl.rc"), 10s), "0");
   EXPECT_EQ(kit.control_value(), "a " + *a_token) << "without the admit, A's delayed write overwrites B's";
 
-  ::kill(a.pid(), SIGCONT);
+  resume_owner(a.pid());
   EXPECT_TRUE(a.wait_for_exit(10s).has_value());
 }
 
