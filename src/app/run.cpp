@@ -274,10 +274,21 @@ int run_locked(const config::Config& c, RunReport& report) {
 
   const std::string token = std::to_string(acquired.token);
   const log::Context context{c.run.lock, token};
-  log::event(log::Level::info, "acquired", "acquired lock",
-             context, {{"ttl", config::format_duration(c.run.timing.ttl)}});
   // From here on the lease is released on every way out.
   HeldLease held(lease, acquired, owner, timeout, context);
+  log::event(log::Level::info, "acquired", "acquired lock",
+             context, {{"ttl", config::format_duration(c.run.timing.ttl)}});
+  if (acquired.server_clock_behind) {
+    // Only the counter kept this token above the last one: had it been lost, the clock would have
+    // issued a smaller token, and guards would reject every holder until the clock caught up.
+    const auto gap = std::chrono::duration_cast<milliseconds>(acquired.server_clock_gap);
+    const long long tenths = (gap.count() + 50) / 100;
+    log::event(log::Level::warn, "clock_behind",
+               "the Redis server's clock is " + std::to_string(tenths / 10) + "." + std::to_string(tenths % 10) +
+                   "s behind the last token: tokens rely on the counter alone",
+               context, {{"behind_ms", std::to_string(gap.count())}});
+  }
+
   const Deadline deadline = schedule.deadline_after(acquired.sent);
   auto ran_short = [&] {
     auto late = std::chrono::duration_cast<milliseconds>(BootClock::now() - schedule.stop_at(deadline));

@@ -84,6 +84,30 @@ Holder parse_holder(std::string_view value) {
   return h;
 }
 
+Result<AcquireResult> parse_acquire_reply(const Reply& reply, Deadline sent) {
+  const auto& e = reply.elements;
+  if (!reply.is_array() || e.size() < 4 || e[0].type != Reply::Type::integer)
+    return std::unexpected(protocol_error("unexpected reply to the acquire script"));
+  long version = static_cast<long>(e[3].as_integer().value_or(0));
+  if (e[0].integer == 1) {
+    auto token = e[1].as_integer();
+    if (!token || *token <= 0 || !e[2].is_string())
+      return std::unexpected(protocol_error("acquire script returned a malformed token"));
+    auto gap = e.size() >= 5 ? e[4].as_integer() : std::nullopt;
+    if (!gap || *gap < 0) return std::unexpected(protocol_error("acquire script returned no clock check"));
+    Acquired acquired{static_cast<std::uint64_t>(*token), e[2].str, sent, version, std::nullopt};
+    acquired.server_clock_behind = *gap > 0;
+    acquired.server_clock_gap = std::chrono::microseconds(*gap);
+    return acquired;
+  }
+  Busy busy;
+  if (auto pttl = e[1].as_integer(); pttl && *pttl >= 0) busy.remaining = std::chrono::milliseconds(*pttl);
+  if (e[2].is_string()) busy.holder = parse_holder(e[2].str);
+  if (e.size() >= 5)
+    if (auto turn = e[4].as_integer(); turn && *turn > 0) busy.turn_expires = std::chrono::milliseconds(*turn);
+  return busy;
+}
+
 Result<AcquireResult> LeaseClient::try_acquire(std::string_view owner, std::chrono::milliseconds ttl, long pid,
                                                std::string_view host, const ReplicaAck& ack, const Fairness& fair,
                                                Deadline deadline) {
@@ -105,29 +129,14 @@ Result<AcquireResult> LeaseClient::try_acquire(std::string_view owner, std::chro
   Deadline bound = ack.replicas > 0 ? deadline + ack.timeout : deadline;
   auto replies = run_script(m_client, scripts::k_acquire, keys, args, followups, bound, sent);
   if (!replies) return std::unexpected(replies.error());
-  const Reply* reply = &replies->front();
-  const auto& e = reply->elements;
-  if (!reply->is_array() || e.size() < 4 || e[0].type != Reply::Type::integer)
-    return std::unexpected(protocol_error("unexpected reply to the acquire script"));
-  long version = static_cast<long>(e[3].as_integer().value_or(0));
-  if (e[0].integer == 1) {
-    auto token = e[1].as_integer();
-    if (!token || *token <= 0 || !e[2].is_string())
-      return std::unexpected(protocol_error("acquire script returned a malformed token"));
-    Acquired acquired{static_cast<std::uint64_t>(*token), e[2].str, sent, version, std::nullopt};
-    if (ack.replicas > 0) {
-      const Reply& w = (*replies)[1];
-      if (w.is_error()) return std::unexpected(protocol_error("WAIT failed: " + w.str));
-      acquired.replicas_acked = w.as_integer().value_or(0);
-    }
-    return acquired;
+  auto result = parse_acquire_reply(replies->front(), sent);
+  if (!result) return std::unexpected(result.error());
+  if (auto* acquired = std::get_if<Acquired>(&*result); acquired && ack.replicas > 0) {
+    const Reply& w = (*replies)[1];
+    if (w.is_error()) return std::unexpected(protocol_error("WAIT failed: " + w.str));
+    acquired->replicas_acked = w.as_integer().value_or(0);
   }
-  Busy busy;
-  if (auto pttl = e[1].as_integer(); pttl && *pttl >= 0) busy.remaining = std::chrono::milliseconds(*pttl);
-  if (e[2].is_string()) busy.holder = parse_holder(e[2].str);
-  if (e.size() >= 5)
-    if (auto turn = e[4].as_integer(); turn && *turn > 0) busy.turn_expires = std::chrono::milliseconds(*turn);
-  return busy;
+  return result;
 }
 
 Result<RenewOutcome> LeaseClient::renew(std::string_view value, std::chrono::milliseconds ttl, Deadline deadline,

@@ -40,6 +40,11 @@ struct Acquired {
   Deadline sent{};         // read just before the successful request was written
   long server_version = 0; // e.g. 0x070000 for 7.0.0; 0 when unknown
   std::optional<long long> replicas_acked;  // WAIT's answer, when replicas were asked for
+  // The server's clock was behind the counter it issued from (the token is counter + 1): had the
+  // counter been lost, its clock would have issued a token below the last one. `server_clock_gap` is
+  // how far behind it was; zero when it was not.
+  bool server_clock_behind = false;
+  std::chrono::microseconds server_clock_gap{0};
 };
 
 // How many replicas must confirm an acquisition (WAIT), and for how long to wait for them.
@@ -61,6 +66,10 @@ struct Busy {
   std::optional<std::chrono::milliseconds> turn_expires;
 };
 using AcquireResult = std::variant<Acquired, Busy>;
+
+// Decodes the acquire script's reply (acquired or busy); `sent` goes into Acquired. A protocol error
+// when the reply does not have the script's shape.
+redis::Result<AcquireResult> parse_acquire_reply(const redis::Reply& reply, Deadline sent);
 
 enum class RenewOutcome { renewed, gone, stolen };
 

@@ -137,6 +137,7 @@ bool RedisServer::try_start_once(std::string* why) {
   for (const auto& a : opts_.extra_args) argv.push_back(a);
   SpawnOptions so;
   so.scrub_env = false;
+  so.env = opts_.env;
   proc_ = std::make_unique<Process>(argv, so);
   frozen_ = false;
   if (ping_until_ready(why)) return true;

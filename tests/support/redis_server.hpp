@@ -31,6 +31,7 @@ struct Reply {
 struct RedisOptions {
   std::optional<std::string> password;  // --requirepass
   std::vector<std::string> extra_args;
+  EnvList env{};  // added to the server's environment (e.g. LD_PRELOAD of a clock shim)
 };
 
 class RedisServer {
@@ -55,6 +56,9 @@ class RedisServer {
   void stop();     // SIGKILL and reap: all data is gone (no persistence)
   void start();    // on the same port and socket; waits for PING
   void restart();  // stop() + start()
+  // The environment of the next start(); a restart with another one is the same server (port,
+  // socket, directory) with e.g. another clock.
+  void set_env(EnvList env) { opts_.env = std::move(env); }
   bool running() const { return proc_ != nullptr; }
 
   // One command on a fresh connection, AUTH first when a password is set.

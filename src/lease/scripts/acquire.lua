@@ -1,11 +1,15 @@
 -- Sets the lock only if it is absent and issues the next fencing token, in one atomic step.
 -- KEYS: 1 lock, 2 token counter, 3 fair queue, 4 fair liveness, 5 fair ticket counter.
 -- ARGV: 1 owner id, 2 ttl ms, 3 pid, 4 host, 5 '1' for fair (queued) waiting, 6 waiter liveness ms.
--- Acquired: {1, token, lock value, server version}.
+-- Acquired: {1, token, lock value, server version,
+--            microseconds by which the server's clock is behind the counter (0 when it is not)}.
 -- Busy:     {0, holder's PTTL (-2 when free but another waiter's turn), holder's value, version,
 --            ms until that waiter's place expires (0 when the lock is held)}.
--- token = max(counter + 1, server time in microseconds), so tokens never go backwards even when the
--- counter key was lost; it is returned as a string so it always prints as a plain integer.
+-- token = max(counter + 1, server time in microseconds), returned as a string so it always prints as
+-- a plain integer. While the counter survives, tokens increase. When it was lost (a restart without
+-- persistence, a failover to a replica that missed the last write) the clock is the only floor, and it
+-- holds only if this server's clock is ahead of the last token issued. A clock found behind the
+-- counter is reported: it would not have protected a lost counter.
 if redis.replicate_commands then redis.replicate_commands() end
 local version = redis.REDIS_VERSION_NUM or 0
 local now = redis.call('TIME')
@@ -54,6 +58,8 @@ if last then
 end
 local token = now_us
 if counter + 1 > token then token = counter + 1 end
+local behind_us = 0
+if now_us < counter then behind_us = counter - now_us end
 if token >= 9007199254740992 then
   return redis.error_reply('FENCERUN token for ' .. KEYS[2] .. ' would pass 2^53')
 end
@@ -65,4 +71,4 @@ if fair then
   redis.call('ZREM', KEYS[3], owner)
   redis.call('ZREM', KEYS[4], owner)
 end
-return {1, text, value, version}
+return {1, text, value, version, behind_us}
