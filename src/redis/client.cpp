@@ -185,36 +185,63 @@ Result<std::unique_ptr<Client::Connection>> Client::open_node(const config::Redi
 }
 
 Result<config::RedisEndpoint> Client::discover_master(Deadline deadline) {
-  Error last{Error::Kind::connection, "no sentinel answered"};
-  for (const auto& sentinel : m_endpoint.sentinels) {
+  const std::size_t count = m_endpoint.sentinels.size();
+  if (count == 0) return std::unexpected(Error{Error::Kind::connection, "no sentinel configured"});
+  std::string failures;  // "host:port: why; ..." for the message when none answers
+  Error::Kind last_kind = Error::Kind::connection;
+  for (std::size_t tried = 0; tried < count; ++tried) {
+    // The sentinel that answered last goes first; the others follow in URL order.
+    const std::size_t index = (m_sentinel_first + tried) % count;
+    const config::HostPort& sentinel = m_endpoint.sentinels[index];
+    const std::string where = sentinel.host + ":" + std::to_string(sentinel.port);
+    const Deadline now = BootClock::now();
+    const auto left = time_left(deadline, now);
+    if (left <= BootClock::duration::zero()) {
+      failures += (failures.empty() ? "" : "; ") + where + ": not asked, no time left";
+      last_kind = Error::Kind::timeout;
+      break;
+    }
+    // A sentinel that accepts connections but never answers (stopped, overloaded) may use only its
+    // share of what is left, so the ones after it still get time; the floor keeps a share usable on
+    // a busy machine, and no share reaches past the caller's deadline.
+    const auto share = std::max<BootClock::duration>(left / static_cast<long>(count - tried), k_sentinel_min_share);
+    const Deadline until = std::min(deadline, now + share);
+
     config::RedisEndpoint s = node_endpoint(m_endpoint, sentinel, m_endpoint.sentinel_tls);
     s.user = m_endpoint.sentinel_user;
     s.password = m_endpoint.sentinel_password;
     s.db = 0;
-    auto conn = open_node(s, false, deadline);
+    auto conn = open_node(s, false, until);
     if (!conn) {
-      last = conn.error();
-      if (last.kind == Error::Kind::auth) return std::unexpected(last);
+      if (conn.error().kind == Error::Kind::auth) return std::unexpected(conn.error());
+      failures += (failures.empty() ? "" : "; ") + where + ": " + conn.error().message;
+      last_kind = conn.error().kind;
       continue;
     }
     std::string payload;
     std::string_view argv[] = {"SENTINEL", "get-master-addr-by-name", m_endpoint.master_name};
     append_command(payload, argv);
-    auto reply = (*conn)->exchange(payload, 1, deadline);
+    auto reply = (*conn)->exchange(payload, 1, until);
     if (!reply) {
-      last = reply.error();
+      failures += (failures.empty() ? "" : "; ") + where + ": " + reply.error().message;
+      last_kind = reply.error().kind;
       continue;
     }
     const Reply& r = reply->front();
     if (r.is_array() && r.elements.size() == 2) {
       auto port = r.elements[1].as_integer();
-      if (port && *port > 0 && *port <= 65535)
+      if (port && *port > 0 && *port <= 65535) {
+        m_sentinel_first = index;
         return node_endpoint(m_endpoint, {r.elements[0].str, static_cast<std::uint16_t>(*port)}, m_endpoint.sentinel_tls);
+      }
     }
-    last = Error{Error::Kind::connection, "sentinel " + (*conn)->where + " does not know master '" +
-                                              m_endpoint.master_name + "'" + (r.is_error() ? ": " + r.str : "")};
+    failures += (failures.empty() ? "" : "; ") + where + ": does not know master '" + m_endpoint.master_name + "'" +
+                (r.is_error() ? " (" + r.str + ")" : "");
+    last_kind = Error::Kind::connection;
   }
-  return std::unexpected(last);
+  // None answered: next time start with another one than the one that failed first.
+  m_sentinel_first = (m_sentinel_first + 1) % count;
+  return std::unexpected(Error{last_kind, "no sentinel answered for master '" + m_endpoint.master_name + "' (" + failures + ")"});
 }
 
 Result<void> Client::connect(Deadline deadline) {
@@ -238,7 +265,10 @@ Result<void> Client::connect(Deadline deadline) {
 void Client::recheck_master(Deadline deadline) {
   if (m_endpoint.transport != config::RedisEndpoint::Transport::sentinel || !m_conn || !m_node) return;
   if (BootClock::now() - m_master_checked < k_sentinel_recheck) return;
-  auto master = discover_master(deadline);
+  // The re-check is an extra on top of the caller's request: it may use only a small slice of the
+  // request's time, so a hung sentinel delays the request a little and never makes it fail.
+  const auto slice = std::min<BootClock::duration>(time_left(deadline) / 4, k_sentinel_recheck_slice);
+  auto master = discover_master(BootClock::now() + slice);
   m_master_checked = BootClock::now();
   if (!master) return;  // sentinels unreachable: keep talking to the master we know
   if (master->host != m_node->host || master->port != m_node->port) {
