@@ -64,19 +64,25 @@ class SocketTransport final : public Transport {
   int fd() const override { return m_fd.get(); }
 
   Result<void> write_all(const char* data, std::size_t size, Deadline deadline) override {
+    bool wrote = false;  // once any byte is out, the server may run what it got
+    auto fail = [&wrote](Error e) -> Result<void> {
+      e.maybe_executed = wrote;
+      return std::unexpected(std::move(e));
+    };
     while (size > 0) {
       ssize_t n = ::send(m_fd.get(), data, size, MSG_NOSIGNAL);
       if (n > 0) {
+        wrote = true;
         data += n;
         size -= static_cast<std::size_t>(n);
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        if (auto ok = wait_for(m_fd.get(), POLLOUT, deadline, "write"); !ok) return ok;
+        if (auto ok = wait_for(m_fd.get(), POLLOUT, deadline, "write"); !ok) return fail(ok.error());
         continue;
       }
-      return std::unexpected(errno_error("write", errno));
+      return fail(errno_error("write", errno));
     }
     return {};
   }
