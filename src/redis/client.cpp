@@ -73,6 +73,12 @@ config::RedisEndpoint node_endpoint(const config::RedisEndpoint& base, const con
   return node;
 }
 
+// For failures before the caller's request was written (connect, handshake, discovery).
+Error not_sent(Error e) {
+  e.maybe_executed = false;
+  return e;
+}
+
 }  // namespace
 
 struct Client::Connection {
@@ -83,17 +89,22 @@ struct Client::Connection {
   std::unique_ptr<redisReader, ReaderDeleter> reader{::redisReaderCreate()};
   std::string where;
 
-  // Writes `payload` and reads `count` replies. Any failure leaves the connection unusable.
+  // Writes `payload` and reads `count` replies. Any failure leaves the connection unusable. Once the
+  // whole payload is written, every failure is reported as maybe executed.
   Result<std::vector<Reply>> exchange(const std::string& payload, std::size_t count, Deadline deadline) {
     if (auto ok = transport->write_all(payload.data(), payload.size(), deadline); !ok)
-      return std::unexpected(ok.error());
+      return std::unexpected(ok.error());  // the transport knows whether any byte went out
+    auto sent_failure = [](Error e) -> Result<std::vector<Reply>> {
+      e.maybe_executed = true;
+      return std::unexpected(std::move(e));
+    };
     std::vector<Reply> out;
     out.reserve(count);
     char buf[16384];
     while (out.size() < count) {
       void* raw = nullptr;
       if (::redisReaderGetReply(reader.get(), &raw) != REDIS_OK)
-        return std::unexpected(Error{Error::Kind::protocol, std::string("bad reply from server: ") + reader->errstr});
+        return sent_failure(Error{Error::Kind::protocol, std::string("bad reply from server: ") + reader->errstr});
       if (raw) {
         auto* reply = static_cast<redisReply*>(raw);
         out.push_back(convert(reply));
@@ -101,11 +112,12 @@ struct Client::Connection {
         continue;
       }
       auto n = transport->read_some(buf, sizeof buf, deadline);
-      if (!n) return std::unexpected(n.error());
+      if (!n) return sent_failure(n.error());
       if (::redisReaderFeed(reader.get(), buf, *n) != REDIS_OK)
-        return std::unexpected(Error{Error::Kind::protocol, std::string("bad reply from server: ") + reader->errstr});
+        return sent_failure(Error{Error::Kind::protocol, std::string("bad reply from server: ") + reader->errstr});
     }
-    // A server that demands a password answers every command with NOAUTH: report it as such.
+    // A server that demands a password answers every command with NOAUTH: report it as such (the
+    // commands were refused, not run).
     for (const Reply& r : out)
       if (r.error_is("NOAUTH") || r.error_is("WRONGPASS"))
         return std::unexpected(Error{Error::Kind::auth, "authentication required or refused: " + r.str});
@@ -129,7 +141,7 @@ std::string Client::current_node() const { return m_conn ? m_conn->where : std::
 Result<std::unique_ptr<Client::Connection>> Client::open_node(const config::RedisEndpoint& node, bool check_master,
                                                               Deadline deadline) {
   auto transport = open_transport(node, deadline);
-  if (!transport) return std::unexpected(transport.error());
+  if (!transport) return std::unexpected(not_sent(transport.error()));
   auto conn = std::make_unique<Connection>();
   if (!conn->reader) throw std::bad_alloc();
   conn->transport = std::move(*transport);
@@ -166,8 +178,9 @@ Result<std::unique_ptr<Client::Connection>> Client::open_node(const config::Redi
     ++replies;
   }
   if (replies == 0) return conn;
+  // Whatever happens to the handshake, the caller's request has not been sent yet.
   auto result = conn->exchange(payload, replies, deadline);
-  if (!result) return std::unexpected(result.error());
+  if (!result) return std::unexpected(not_sent(result.error()));
   std::size_t i = 0;
   if (auth && (*result)[i++].is_error())  // the reply text never contains the password
     return std::unexpected(Error{Error::Kind::auth, "authentication failed at " + conn->where + ": " + (*result)[i - 1].str});
@@ -185,36 +198,63 @@ Result<std::unique_ptr<Client::Connection>> Client::open_node(const config::Redi
 }
 
 Result<config::RedisEndpoint> Client::discover_master(Deadline deadline) {
-  Error last{Error::Kind::connection, "no sentinel answered"};
-  for (const auto& sentinel : m_endpoint.sentinels) {
+  const std::size_t count = m_endpoint.sentinels.size();
+  if (count == 0) return std::unexpected(Error{Error::Kind::connection, "no sentinel configured"});
+  std::string failures;  // "host:port: why; ..." for the message when none answers
+  Error::Kind last_kind = Error::Kind::connection;
+  for (std::size_t tried = 0; tried < count; ++tried) {
+    // The sentinel that answered last goes first; the others follow in URL order.
+    const std::size_t index = (m_sentinel_first + tried) % count;
+    const config::HostPort& sentinel = m_endpoint.sentinels[index];
+    const std::string where = sentinel.host + ":" + std::to_string(sentinel.port);
+    const Deadline now = BootClock::now();
+    const auto left = time_left(deadline, now);
+    if (left <= BootClock::duration::zero()) {
+      failures += (failures.empty() ? "" : "; ") + where + ": not asked, no time left";
+      last_kind = Error::Kind::timeout;
+      break;
+    }
+    // A sentinel that accepts connections but never answers (stopped, overloaded) may use only its
+    // share of what is left, so the ones after it still get time; the floor keeps a share usable on
+    // a busy machine, and no share reaches past the caller's deadline.
+    const auto share = std::max<BootClock::duration>(left / static_cast<long>(count - tried), k_sentinel_min_share);
+    const Deadline until = std::min(deadline, now + share);
+
     config::RedisEndpoint s = node_endpoint(m_endpoint, sentinel, m_endpoint.sentinel_tls);
     s.user = m_endpoint.sentinel_user;
     s.password = m_endpoint.sentinel_password;
     s.db = 0;
-    auto conn = open_node(s, false, deadline);
+    auto conn = open_node(s, false, until);
     if (!conn) {
-      last = conn.error();
-      if (last.kind == Error::Kind::auth) return std::unexpected(last);
+      if (conn.error().kind == Error::Kind::auth) return std::unexpected(not_sent(conn.error()));
+      failures += (failures.empty() ? "" : "; ") + where + ": " + conn.error().message;
+      last_kind = conn.error().kind;
       continue;
     }
     std::string payload;
     std::string_view argv[] = {"SENTINEL", "get-master-addr-by-name", m_endpoint.master_name};
     append_command(payload, argv);
-    auto reply = (*conn)->exchange(payload, 1, deadline);
+    auto reply = (*conn)->exchange(payload, 1, until);
     if (!reply) {
-      last = reply.error();
+      failures += (failures.empty() ? "" : "; ") + where + ": " + reply.error().message;
+      last_kind = reply.error().kind;
       continue;
     }
     const Reply& r = reply->front();
     if (r.is_array() && r.elements.size() == 2) {
       auto port = r.elements[1].as_integer();
-      if (port && *port > 0 && *port <= 65535)
+      if (port && *port > 0 && *port <= 65535) {
+        m_sentinel_first = index;
         return node_endpoint(m_endpoint, {r.elements[0].str, static_cast<std::uint16_t>(*port)}, m_endpoint.sentinel_tls);
+      }
     }
-    last = Error{Error::Kind::connection, "sentinel " + (*conn)->where + " does not know master '" +
-                                              m_endpoint.master_name + "'" + (r.is_error() ? ": " + r.str : "")};
+    failures += (failures.empty() ? "" : "; ") + where + ": does not know master '" + m_endpoint.master_name + "'" +
+                (r.is_error() ? " (" + r.str + ")" : "");
+    last_kind = Error::Kind::connection;
   }
-  return std::unexpected(last);
+  // None answered: next time start with another one than the one that failed first.
+  m_sentinel_first = (m_sentinel_first + 1) % count;
+  return std::unexpected(Error{last_kind, "no sentinel answered for master '" + m_endpoint.master_name + "' (" + failures + ")"});
 }
 
 Result<void> Client::connect(Deadline deadline) {
@@ -222,7 +262,7 @@ Result<void> Client::connect(Deadline deadline) {
   const bool sentinel = m_endpoint.transport == config::RedisEndpoint::Transport::sentinel;
   if (sentinel && !m_node) {
     auto master = discover_master(deadline);
-    if (!master) return std::unexpected(master.error());
+    if (!master) return std::unexpected(not_sent(master.error()));
     m_node = std::move(*master);
     m_master_checked = BootClock::now();
   }
@@ -238,7 +278,10 @@ Result<void> Client::connect(Deadline deadline) {
 void Client::recheck_master(Deadline deadline) {
   if (m_endpoint.transport != config::RedisEndpoint::Transport::sentinel || !m_conn || !m_node) return;
   if (BootClock::now() - m_master_checked < k_sentinel_recheck) return;
-  auto master = discover_master(deadline);
+  // The re-check is an extra on top of the caller's request: it may use only a small slice of the
+  // request's time, so a hung sentinel delays the request a little and never makes it fail.
+  const auto slice = std::min<BootClock::duration>(time_left(deadline) / 4, k_sentinel_recheck_slice);
+  auto master = discover_master(BootClock::now() + slice);
   m_master_checked = BootClock::now();
   if (!master) return;  // sentinels unreachable: keep talking to the master we know
   if (master->host != m_node->host || master->port != m_node->port) {
@@ -286,7 +329,7 @@ Result<std::vector<Reply>> Client::send(std::span<const std::vector<std::string_
     // ASK: this request only, on the importing node. ASKING covers the next command only, so each
     // command of the request gets its own.
     auto other = open_node(node_endpoint(m_endpoint, *target, tls), false, deadline);
-    if (!other) return std::unexpected(other.error());
+    if (!other) return std::unexpected(other.error());  // not sent: open_node reports it so
     std::string asked;
     std::string_view asking_argv[] = {"ASKING"};
     for (const auto& c : commands) {
@@ -308,7 +351,7 @@ Result<void> Client::subscribe(std::string_view channel, Deadline deadline) {
   if (!reply) return std::unexpected(reply.error());
   if (!reply->is_array() || reply->elements.empty() || reply->elements[0].str != "subscribe") {
     disconnect();
-    return std::unexpected(Error{Error::Kind::protocol, "SUBSCRIBE failed: " + to_display(*reply)});
+    return std::unexpected(Error{Error::Kind::protocol, "SUBSCRIBE failed: " + to_display(*reply), true});
   }
   return {};
 }

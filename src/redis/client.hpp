@@ -63,11 +63,17 @@ class Client {
   // Sentinel: look up the master again before a request when the last look-up is older than this,
   // so a failover is followed even while the old master still answers as one.
   static constexpr std::chrono::milliseconds k_sentinel_recheck{1000};
+  // At most this much of a request's time goes to that re-check (and at most a quarter of it). On
+  // failure the known master is kept and the request goes on.
+  static constexpr std::chrono::milliseconds k_sentinel_recheck_slice{250};
+  // Each sentinel gets an equal share of the time left for those not yet asked, but at least this.
+  static constexpr std::chrono::milliseconds k_sentinel_min_share{50};
   void recheck_master(Deadline deadline);
 
   config::RedisEndpoint m_endpoint;
   std::optional<config::RedisEndpoint> m_node;  // where to connect instead (sentinel result, MOVED)
   Deadline m_master_checked{};
+  std::size_t m_sentinel_first = 0;  // index of the sentinel that answered last: asked first
   std::unique_ptr<Connection> m_conn;
 };
 

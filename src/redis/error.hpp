@@ -1,6 +1,9 @@
 #pragma once
 // Error: why a request did not produce a reply. A timeout is always its own kind, because a timed-out
-// request may still have run on the server.
+// request may still have run on the server. `maybe_executed` tells a caller whether it must assume
+// the request ran (its bytes, or some of them, reached the socket before the failure) or can be sure
+// it did not (the failure came before anything of the request was written: name resolution,
+// connect, TLS handshake, AUTH/SELECT, sentinel discovery, or a refusal such as NOAUTH).
 #include <expected>
 #include <string>
 
@@ -15,6 +18,7 @@ struct Error {
   };
   Kind kind;
   std::string message;
+  bool maybe_executed = false;  // true: the server may have run the request (it was sent, in part or whole)
 };
 
 template <class T>

@@ -10,8 +10,17 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <system_error>
+#include <thread>
 
 #include "redis/transport.hpp"
 #include "util/fd.hpp"
@@ -55,19 +64,25 @@ class SocketTransport final : public Transport {
   int fd() const override { return m_fd.get(); }
 
   Result<void> write_all(const char* data, std::size_t size, Deadline deadline) override {
+    bool wrote = false;  // once any byte is out, the server may run what it got
+    auto fail = [&wrote](Error e) -> Result<void> {
+      e.maybe_executed = wrote;
+      return std::unexpected(std::move(e));
+    };
     while (size > 0) {
       ssize_t n = ::send(m_fd.get(), data, size, MSG_NOSIGNAL);
       if (n > 0) {
+        wrote = true;
         data += n;
         size -= static_cast<std::size_t>(n);
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        if (auto ok = wait_for(m_fd.get(), POLLOUT, deadline, "write"); !ok) return ok;
+        if (auto ok = wait_for(m_fd.get(), POLLOUT, deadline, "write"); !ok) return fail(ok.error());
         continue;
       }
-      return std::unexpected(errno_error("write", errno));
+      return fail(errno_error("write", errno));
     }
     return {};
   }
@@ -109,6 +124,71 @@ Result<UniqueFd> connect_address(const sockaddr* addr, socklen_t len, int family
   return fd;
 }
 
+struct AddrinfoDeleter {
+  void operator()(addrinfo* ai) const { ::freeaddrinfo(ai); }
+};
+using AddrinfoPtr = std::unique_ptr<addrinfo, AddrinfoDeleter>;
+
+// One name lookup, shared by the caller and the thread that runs it. Whoever lets go last frees it,
+// so a caller that gave up never frees memory the resolver thread still writes.
+struct Lookup {
+  std::string host;
+  std::string port;
+  std::mutex mutex;
+  std::condition_variable finished_cv;
+  bool finished = false;
+  int rc = 0;
+  AddrinfoPtr result;
+};
+
+// getaddrinfo() has no deadline of its own (glibc waits 5 s per nameserver try, several tries), so it
+// runs on a detached thread and the caller waits only until its deadline. A lookup that is given up
+// keeps running until the resolver's own timeouts end it, then frees itself.
+Result<AddrinfoPtr> resolve(const std::string& host, std::uint16_t port, Deadline deadline) {
+  if (time_left(deadline) <= BootClock::duration::zero())
+    return std::unexpected(Error{Error::Kind::timeout, "resolving " + host + " timed out"});
+  auto lookup = std::make_shared<Lookup>();
+  lookup->host = host;
+  lookup->port = std::to_string(port);
+  {
+    // The thread must never take a signal meant for the process (fencerun waits for signals
+    // synchronously elsewhere): it starts with every signal blocked.
+    sigset_t all, old;
+    ::sigfillset(&all);
+    ::pthread_sigmask(SIG_SETMASK, &all, &old);
+    try {
+      std::thread([lookup] {
+        addrinfo hints{};
+        hints.ai_family = AF_UNSPEC;
+        hints.ai_socktype = SOCK_STREAM;
+        addrinfo* res = nullptr;
+        int rc = ::getaddrinfo(lookup->host.c_str(), lookup->port.c_str(), &hints, &res);
+        std::lock_guard guard(lookup->mutex);
+        lookup->rc = rc;
+        lookup->result.reset(rc == 0 ? res : nullptr);
+        lookup->finished = true;
+        lookup->finished_cv.notify_all();
+      }).detach();
+    } catch (const std::system_error& e) {
+      ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+      return std::unexpected(Error{Error::Kind::connection, "cannot resolve " + host + ": " + e.what()});
+    }
+    ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  }
+  std::unique_lock lock(lookup->mutex);
+  // The condition variable waits on the steady clock, the deadline is on the boot clock: wait for
+  // what is left, then look again.
+  while (!lookup->finished) {
+    auto left = time_left(deadline);
+    if (left <= BootClock::duration::zero())
+      return std::unexpected(Error{Error::Kind::timeout, "resolving " + host + " timed out"});
+    lookup->finished_cv.wait_for(lock, left);
+  }
+  if (lookup->rc != 0)
+    return std::unexpected(Error{Error::Kind::connection, "cannot resolve " + host + ": " + ::gai_strerror(lookup->rc)});
+  return std::move(lookup->result);
+}
+
 }  // namespace
 
 Result<UniqueFd> connect_socket(const config::RedisEndpoint& ep, Deadline deadline) {
@@ -134,25 +214,15 @@ Result<UniqueFd> connect_socket(const config::RedisEndpoint& ep, Deadline deadli
     v6.sin6_port = htons(ep.port);
     return connect_address(reinterpret_cast<const sockaddr*>(&v6), sizeof v6, AF_INET6, deadline, where);
   }
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  std::string port = std::to_string(ep.port);
-  int rc = ::getaddrinfo(ep.host.c_str(), port.c_str(), &hints, &res);
-  if (rc != 0)
-    return std::unexpected(Error{Error::Kind::connection, "cannot resolve " + ep.host + ": " + ::gai_strerror(rc)});
+  auto resolved = resolve(ep.host, ep.port, deadline);
+  if (!resolved) return std::unexpected(resolved.error());
   Error last{Error::Kind::connection, "no address for " + ep.host};
-  for (addrinfo* ai = res; ai; ai = ai->ai_next) {
+  for (addrinfo* ai = resolved->get(); ai; ai = ai->ai_next) {
     auto fd = connect_address(ai->ai_addr, ai->ai_addrlen, ai->ai_family, deadline, where);
-    if (fd) {
-      ::freeaddrinfo(res);
-      return fd;
-    }
+    if (fd) return fd;
     last = fd.error();
     if (last.kind == Error::Kind::timeout) break;
   }
-  ::freeaddrinfo(res);
   return std::unexpected(last);
 }
 

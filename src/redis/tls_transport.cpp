@@ -8,6 +8,7 @@
 #include <signal.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 
@@ -73,6 +74,9 @@ class TlsTransport final : public Transport {
 
   Result<void> write_all(const char* data, std::size_t size, Deadline deadline) override {
     SigpipeGuard guard;
+    // Whether any byte of this request reached the socket: the socket BIO counts what it wrote.
+    BIO* wbio = ::SSL_get_wbio(m_ssl.get());
+    const std::uint64_t written_before = ::BIO_number_written(wbio);
     while (size > 0) {
       int n = ::SSL_write(m_ssl.get(), data, static_cast<int>(size));
       if (n > 0) {
@@ -80,7 +84,11 @@ class TlsTransport final : public Transport {
         size -= static_cast<std::size_t>(n);
         continue;
       }
-      if (auto ok = wait_after(n, deadline, "TLS write"); !ok) return ok;
+      if (auto ok = wait_after(n, deadline, "TLS write"); !ok) {
+        Error e = ok.error();
+        e.maybe_executed = ::BIO_number_written(wbio) > written_before;
+        return std::unexpected(std::move(e));
+      }
     }
     return {};
   }

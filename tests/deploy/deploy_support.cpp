@@ -332,6 +332,21 @@ void SentinelProcess::stop() {
   if (proc_) proc_->kill_and_reap();
 }
 
+void SentinelProcess::freeze() {
+  if (!proc_ || !proc_->signal(SIGSTOP)) throw std::logic_error("freeze: sentinel not running");
+  if (!wait_until(
+          [&] {
+            auto st = process_state(proc_->pid());
+            return !st || *st == 'T' || *st == 't';
+          },
+          5s, 1ms))
+    throw std::runtime_error("sentinel on port " + std::to_string(port_) + " did not stop");
+}
+
+void SentinelProcess::thaw() {
+  if (proc_) proc_->signal(SIGCONT);
+}
+
 std::string SentinelProcess::log() const {
   return read_file(dir_ / "sentinel.log").value_or("(no sentinel log)");
 }

@@ -114,6 +114,10 @@ class SentinelProcess {
   Reply cmd(const std::vector<std::string>& args) const { return call(tcp(port_), args); }
   std::string log() const;
   void stop();
+  // SIGSTOP: the sentinel keeps its listening socket, so connects succeed and requests hang.
+  // Returns once /proc shows it stopped. thaw() sends SIGCONT (also done by stop()).
+  void freeze();
+  void thaw();
 
  private:
   TempDir dir_{"sentinel"};

@@ -125,6 +125,56 @@ TEST_F(SentinelTest, DeadSentinelInTheListIsSkipped) {
   EXPECT_FALSE(std::filesystem::exists(file("ran")));
 }
 
+// A sentinel that accepts connections but never answers (SIGSTOPped) must not eat the whole
+// --timeout: each sentinel gets a share of it, and the others answer in time.
+TEST_F(SentinelTest, HungFirstSentinelDoesNotBlockAcquisition) {
+  topo_->sentinel(0).freeze();
+  RunResult r = run({"-r", topo_->url(), "--timeout", "2s", "job", "--", "true"}, {}, 20s);
+  note("hung first sentinel", r);
+  std::cout << "[ hung sentinel ] exit " << r.exit_code << " after " << r.elapsed.count() << " ms\n";
+  topo_->sentinel(0).thaw();
+  EXPECT_EQ(r.exit_code, 0) << r;
+  EXPECT_LT(r.elapsed, 2000ms) << "acquisition must fit in --timeout";
+  EXPECT_TRUE(topo_->master().get(token_key("job")).has_value()) << "the token was issued on the master";
+}
+
+// A sentinel that hangs while a lease is held: the once-a-second master re-check may take only a
+// small slice of a renewal's time, so renewals keep succeeding and the command completes.
+TEST_F(SentinelTest, SentinelHangingMidRunDoesNotStarveRenewals) {
+  std::unique_ptr<FencerunProcess> holder;
+  hold(holder, "2s");
+  topo_->sentinel(0).freeze();
+  const auto frozen_at = Clock::now();
+  long long min_pttl = 1'000'000;
+  bool lock_kept = true;
+  // Observe for 5 s (about seven renewals at ttl 2s): the lock stays ours and its TTL never runs low.
+  while (Clock::now() < frozen_at + 5s && holder->running()) {
+    Reply v = topo_->master().cmd({"GET", lock_key("job")});
+    Reply t = topo_->master().cmd({"PTTL", lock_key("job")});
+    if (v.type != Reply::Type::String || v.str != lock_value_) {
+      lock_kept = false;
+      break;
+    }
+    if (t.type == Reply::Type::Integer) min_pttl = std::min(min_pttl, t.integer);
+    std::this_thread::sleep_for(20ms);
+  }
+  const bool ran_through = holder->running();
+  touch("go");
+  ASSERT_TRUE(holder->wait_for_exit(20s)) << holder->result();
+  topo_->sentinel(0).thaw();
+  const RunResult hr = holder->result();
+  std::size_t failed = 0;
+  for (auto pos = hr.err.find("renewal failed"); pos != std::string::npos; pos = hr.err.find("renewal failed", pos + 1))
+    ++failed;
+  std::cout << "[ hung sentinel ] holder exit " << hr.exit_code << "; lowest PTTL seen "
+            << min_pttl << " ms; failed renewals " << failed << "\n";
+  EXPECT_TRUE(ran_through) << "the command was stopped while a sentinel hung\n" << hr;
+  EXPECT_TRUE(lock_kept) << "the lock left the master while the command ran\n" << hr;
+  EXPECT_GT(min_pttl, 500) << "renewals fell behind\n" << hr;
+  EXPECT_EQ(hr.exit_code, 0) << hr;
+  EXPECT_FALSE(topo_->master().exists(lock_key("job"))) << "released at the end";
+}
+
 // SENTINEL FAILOVER while the lease is held, and nothing dies: the old master stays a master until
 // the sentinels reconfigure it as a replica (they wait about 8 s before converting an instance that
 // still claims to be a master), then its clients are disconnected. The lease must survive: fencerun
