@@ -147,7 +147,10 @@ class HeldLease {
 
 // Whether a failed acquire may still have set the lock on the server (the request was, or may have
 // been, written): then it is cleaned up by owner id.
-bool acquire_may_have_run(const redis::Error& e) { return e.kind != redis::Error::Kind::auth; }
+bool acquire_may_have_run(const redis::Error& e) {
+  // A reply fencerun could not make sense of came from a script that ran.
+  return e.maybe_executed || e.kind == redis::Error::Kind::protocol;
+}
 
 // While waiting, a connection error is retried after this long (doubling from 100ms to 2s, jittered).
 milliseconds reconnect_pause(int failures, std::mt19937& rng) {
