@@ -127,7 +127,7 @@ int main_sql(const std::vector<std::string_view>& args) {
     throw UsageError("fence sql: unsupported dialect '" + std::string(args[0]) + "' (supported: postgresql)");
   auto schema = postgresql_schema();
   std::fwrite(schema.data(), 1, schema.size(), stdout);
-  return std::fflush(stdout) == 0 ? 0 : 1;
+  return std::fflush(stdout) == 0 ? 0 : k_write_failed;
 }
 
 }  // namespace
@@ -151,7 +151,8 @@ std::string help_text() {
          "A token equal to the greatest accepted one is accepted.\n"
          "\n"
          "Exit status: 0 accepted; 77 stale token rejected; 64 usage error, also a missing or\n"
-         "malformed token; 69 Redis unavailable; 1 the write failed (I/O error, error reply from CMD).\n";
+         "malformed token; 69 Redis unavailable; 1 the write failed (I/O error, a side file that is\n"
+         "a symbolic link, error reply from CMD).\n";
 }
 
 std::expected<std::uint64_t, std::string> parse_token(std::string_view text) {

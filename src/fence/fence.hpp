@@ -19,6 +19,10 @@
 
 namespace fencerun::fence {
 
+// Exit code of a guard whose write failed: an I/O error (or a side file that is a symbolic link) in
+// `fence file`, an error reply from CMD in `fence redis`. The other codes are in exit_status.hpp.
+inline constexpr int k_write_failed = 1;
+
 // argv[0] is "fence". Returns the exit code; never throws.
 int main(int argc, const char* const* argv);
 

@@ -1,6 +1,7 @@
 // The file guard. Every file operation is relative to a descriptor of PATH's directory, so the temp
 // files, the side record, the lock file and PATH are all in one directory (rename is atomic there)
-// and the directory fsyncs cover them.
+// and the directory fsyncs cover them. Side files are opened with O_NOFOLLOW: a symbolic link planted
+// there would make the guard read, create or lock a file elsewhere.
 #include "fence/file_guard.hpp"
 
 #include <fcntl.h>
@@ -28,6 +29,13 @@ class IoError : public std::runtime_error {
  public:
   IoError(const std::string& what, int err) : std::runtime_error(what + ": " + std::strerror(err)) {}
 };
+
+// A side file opened with O_NOFOLLOW failed: ELOOP means it is a symbolic link.
+[[noreturn]] void throw_open_error(const std::string& what, const std::string& shown, int err) {
+  if (err == ELOOP)
+    throw std::runtime_error(shown + " is a symbolic link; refusing to follow it (remove it if it is not yours)");
+  throw IoError("cannot open " + what + " " + shown, err);
+}
 
 std::optional<std::uint64_t> to_u64(std::string_view s) {
   if (s.empty() || s.find_first_not_of("0123456789") != std::string_view::npos) return std::nullopt;
@@ -61,10 +69,10 @@ void fsync_or_throw(int fd, const std::string& what) {
 
 // Reads a whole small file relative to `dirfd`; nullopt when it does not exist.
 std::optional<std::string> read_small_file(int dirfd, const std::string& name, const std::string& shown) {
-  UniqueFd fd(::openat(dirfd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
+  UniqueFd fd(::openat(dirfd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW));
   if (!fd) {
     if (errno == ENOENT) return std::nullopt;
-    throw IoError("cannot open " + shown, errno);
+    throw_open_error("side record", shown, errno);
   }
   std::string out;
   char buf[4096];
@@ -135,7 +143,7 @@ State read_state(int dirfd, const Paths& p) {
 UniqueFd create_temp(int dirfd, const std::string& stem, mode_t mode, std::string& name) {
   for (int attempt = 0; attempt < 16; ++attempt) {
     name = "." + stem + "." + random_hex(8) + ".tmp";
-    UniqueFd fd(::openat(dirfd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, mode));
+    UniqueFd fd(::openat(dirfd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW, mode));
     if (fd) return fd;
     if (errno != EEXIST) throw IoError("cannot create a temp file next to " + stem, errno);
   }
@@ -309,8 +317,9 @@ int run_file_guard(std::uint64_t token, const std::string& path) {
     // writers.
     TempFile data(dirfd.get(), spool_stdin(dirfd.get(), p));
 
-    UniqueFd lock(::openat(dirfd.get(), p.lock.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC | O_NOCTTY, 0666));
-    if (!lock) throw IoError("cannot open lock file " + p.shown + ".fence.lock", errno);
+    UniqueFd lock(
+        ::openat(dirfd.get(), p.lock.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW, 0666));
+    if (!lock) throw_open_error("lock file", p.shown + ".fence.lock", errno);
     while (::flock(lock.get(), LOCK_EX) != 0) {
       if (errno != EINTR) throw IoError("cannot lock " + p.shown + ".fence.lock", errno);
     }
@@ -333,7 +342,7 @@ int run_file_guard(std::uint64_t token, const std::string& path) {
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fencerun: fence file %s: %s\n", path.c_str(), e.what());
-    return 1;
+    return k_write_failed;
   }
 }
 

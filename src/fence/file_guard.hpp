@@ -7,6 +7,7 @@
 //   PATH.fence.lock  the lock file, flock(LOCK_EX) by every writer; never renamed or removed, so all
 //                    writers lock the same inode (a lock on a file that gets renamed over would let
 //                    two writers in at once)
+// Neither is ever followed through a symbolic link (O_NOFOLLOW): a link there is an error.
 //
 // Commit order (see commit() in file_guard.cpp): data temp file written and fsynced; side record
 // "T / pending P TEMP" renamed into place and the directory fsynced; then the data temp renamed over
@@ -38,8 +39,8 @@ std::string format_side_record(const SideRecord& record);
 // The token in force: `record.token`, unless its pending temp file still exists (`temp_exists`).
 std::uint64_t effective_token(const SideRecord& record, bool temp_exists);
 
-// Runs the guard: reads stdin, returns the exit code (0, 77, or 1 on I/O errors with a message on
-// stderr).
+// Runs the guard: reads stdin, returns the exit code (0, 77, or k_write_failed on I/O errors and
+// symlinked side files, with a message on stderr).
 int run_file_guard(std::uint64_t token, const std::string& path);
 
 }  // namespace fencerun::fence

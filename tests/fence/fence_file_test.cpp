@@ -135,6 +135,32 @@ TEST(FenceFile, CrashBetweenRecordAndDataRenameMeansTheTokenNeverTookEffect) {
   EXPECT_EQ(read_file(dir / "data"), "after crash\n");
 }
 
+// Side files are never followed through a symbolic link: a link planted as PATH.fence or
+// PATH.fence.lock would make the guard read, create or lock a file outside the directory.
+TEST(FenceFile, RefusesSymlinkedSideFilesAndLeavesTheirTargetsAlone) {
+  for (const std::string side : {".fence", ".fence.lock"}) {
+    SCOPED_TRACE(side);
+    TempDir dir("fence-file");
+    TempDir outside("fence-outside");
+    // One target exists (it must stay byte for byte as it was), one does not (it must not appear).
+    write_file(outside / "existing", "5\n", 0644);
+    for (const std::string target : {"existing", "missing"}) {
+      SCOPED_TRACE(target);
+      std::filesystem::remove(dir / ("data" + side));
+      std::filesystem::create_symlink(outside / target, dir / ("data" + side));
+      auto r = fence_file(dir, {"--token", "7", "data"}, "new\n");
+      EXPECT_EQ(r.exit_code, 1) << r;
+      EXPECT_EQ(split_lines(trim(r.err)).size(), 1u) << "one line\n" << r;
+      EXPECT_NE(r.err.find("data" + side + " is a symbolic link"), std::string::npos) << r;
+      EXPECT_EQ(read_file(outside / "existing"), "5\n");
+      EXPECT_FALSE(std::filesystem::exists(outside / "missing")) << "the guard created a file outside";
+      EXPECT_TRUE(std::filesystem::is_symlink(dir / ("data" + side))) << "the planted link is left as it was";
+      EXPECT_FALSE(std::filesystem::exists(dir / "data")) << "nothing may be written";
+      EXPECT_TRUE(temp_files(dir.path()).empty());
+    }
+  }
+}
+
 TEST(FenceFile, LockFileIsNeverReplacedAndModeIsKept) {
   TempDir dir("fence-file");
   write_file(dir / "data", "orig\n", 0640);
