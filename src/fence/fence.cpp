@@ -152,7 +152,8 @@ std::string help_text() {
          "\n"
          "Exit status: 0 accepted; 77 stale token rejected; 64 usage error, also a missing or\n"
          "malformed token; 69 Redis unavailable; 1 the write failed (I/O error, a side file that is\n"
-         "a symbolic link, error reply from CMD).\n";
+         "a symbolic link, error reply from CMD); 128+N fence file stopped by signal N before its\n"
+         "commit (nothing written).\n";
 }
 
 std::expected<std::uint64_t, std::string> parse_token(std::string_view text) {

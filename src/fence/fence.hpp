@@ -8,7 +8,7 @@
 //
 // Exit codes: 0 accepted, 77 stale token rejected, 64 usage (also a missing or malformed token: never
 // an implicit accept), 69 Redis unavailable or failing, 1 the write itself failed (I/O error, or an
-// error reply from CMD).
+// error reply from CMD), 128+N a signal N stopped `fence file` before its commit.
 #include <cstdint>
 #include <expected>
 #include <functional>
