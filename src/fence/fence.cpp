@@ -143,7 +143,8 @@ std::string help_text() {
          "  fencerun fence redis [-r URL] [--timeout DUR] [--key-prefix P] [--resource R] [--token N]\n"
          "                       -- CMD [ARG...]\n"
          "      one script compares the token with <prefix>{R}:fence, runs CMD, records the token,\n"
-         "      and prints CMD's reply; R defaults to $FENCERUN_LOCK\n"
+         "      and prints CMD's reply; R defaults to $FENCERUN_LOCK; CMD has at most " +
+         std::to_string(k_max_command_words) + " words\n"
          "  fencerun fence sql postgresql\n"
          "      prints the schema: table fencerun_fence and function fencerun_admit(resource, token)\n"
          "\n"
@@ -231,6 +232,9 @@ RedisArgs parse_redis_args(const std::vector<std::string_view>& args) {
   }
   while (!c.done()) out.command.emplace_back(c.next());
   if (out.command.empty()) throw UsageError("fence redis: missing CMD (usage: fencerun fence redis [OPTIONS] -- CMD [ARG...])");
+  if (out.command.size() > k_max_command_words)
+    throw UsageError("fence redis: CMD has " + std::to_string(out.command.size()) + " words, at most " +
+                     std::to_string(k_max_command_words) + " fit in one fenced command (Lua's unpack limit in Redis)");
   return out;
 }
 

@@ -71,6 +71,21 @@ TEST(FenceArgs, RedisPassesCommandThroughUntouched) {
   EXPECT_EQ(fence_key("fencerun:", "orders"), "fencerun:{orders}:fence");
 }
 
+TEST(FenceArgs, RedisCommandHasAtMostTheScriptsArgumentLimit) {
+  std::vector<std::string> words(k_max_command_words + 1, "x");
+  std::vector<std::string_view> args = {"--"};
+  args.insert(args.end(), words.begin(), words.end());
+  try {
+    parse_redis_args(args);
+    ADD_FAILURE() << "no UsageError";
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(),
+                 "fence redis: CMD has 7999 words, at most 7998 fit in one fenced command (Lua's unpack limit in Redis)");
+  }
+  args.pop_back();
+  EXPECT_EQ(parse_redis_args(args).command.size(), k_max_command_words);
+}
+
 TEST(FenceSideRecord, ParseFormatAndTheEffectiveToken) {
   auto r = parse_side_record("42\n");
   ASSERT_TRUE(r);
