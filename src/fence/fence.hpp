@@ -18,6 +18,8 @@
 #include <string_view>
 #include <vector>
 
+#include "config/options.hpp"
+
 namespace fencerun::fence {
 
 // Exit code of a guard whose write failed: an I/O error (or a side file that is a symbolic link) in
@@ -56,10 +58,8 @@ struct FileArgs {
   std::string path;
 };
 struct RedisArgs {
+  config::Options connection;  // the connection options of run and status (-r, --timeout, --tls-*, ...)
   std::optional<std::string> token;
-  std::optional<std::string> redis_url;
-  std::string timeout = "2s";
-  std::string key_prefix = "fencerun:";
   std::optional<std::string> resource;
   std::vector<std::string> command;  // byte for byte; 1 to k_max_command_words words
 };
