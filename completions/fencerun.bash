@@ -129,7 +129,15 @@ _fencerun_fence()
             compopt -o nospace
             return
             ;;
-        --token | --timeout | --key-prefix | --resource)
+        --token | --timeout | --key-prefix | --resource | --tls-server-name)
+            return
+            ;;
+        --tls-ca-file | --tls-cert | --tls-key)
+            _filedir
+            return
+            ;;
+        --log-format)
+            COMPREPLY=($(compgen -W 'text json' -- "$cur"))
             return
             ;;
     esac
@@ -144,7 +152,9 @@ _fencerun_fence()
             fi
             ;;
         redis)
-            COMPREPLY=($(compgen -W '-r --redis --timeout --key-prefix --resource --token --help --' -- "$cur"))
+            COMPREPLY=($(compgen -W '-r --redis --timeout --key-prefix --tls-ca-file --tls-cert --tls-key
+                --tls-server-name --tls-insecure -v --verbose -q --quiet --log-format --resource --token
+                --help --' -- "$cur"))
             ;;
         sql)
             COMPREPLY=($(compgen -W 'postgresql' -- "$cur"))

@@ -170,4 +170,38 @@ config::Options parse(int argc, const char* const* argv) {
   return o;
 }
 
+config::Options parse_connection_command(const std::vector<std::string_view>& words,
+                                         const std::vector<OwnOption>& own) {
+  config::Options o;
+  // CLI11 sees only the words before the first `--` (it would re-interpret the command's), and stops
+  // at the first operand (prefix_command), leaving it and every word after it unparsed.
+  std::size_t separator = words.size();
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    if (words[i] == "--") {
+      separator = i;
+      break;
+    }
+  }
+  CLI::App app{"fencerun"};
+  app.set_help_flag();
+  app.prefix_command();
+  add_connection_options(app, o);
+  for (const auto& option : own) app.add_option(option.name, *option.value);
+  std::vector<std::string> args(words.rend() - static_cast<std::ptrdiff_t>(separator), words.rend());
+  try {
+    app.parse(args);
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(e.what());
+  }
+  // With prefix_command, CLI11 also leaves unknown options unparsed: the first word it left must be
+  // the command's.
+  std::vector<std::string> rest = app.remaining();
+  if (!rest.empty() && rest.front().size() > 1 && rest.front().front() == '-')
+    throw UsageError("unknown option '" + rest.front() + "'");
+  std::size_t first = separator - rest.size();
+  if (first == separator) first = std::min(separator + 1, words.size());
+  for (std::size_t i = first; i < words.size(); ++i) o.command.emplace_back(words[i]);
+  return o;
+}
+
 }  // namespace fencerun::cli

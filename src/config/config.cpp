@@ -76,11 +76,8 @@ std::expected<void, std::string> validate_lock_name(std::string_view name) {
   return {};
 }
 
-Config make_config(const Options& o, const GetEnv& getenv, const ParseSignal& parse_signal) {
-  Config c;
-  c.subcommand = o.subcommand;
-  c.json = o.json;
-
+CommonConfig make_common_config(const Options& o, const GetEnv& getenv) {
+  CommonConfig c;
   // Where the lock lives, and the password (URL first, then the environment).
   std::string url = o.redis_url ? *o.redis_url : "";
   if (url.empty()) url = getenv("FENCERUN_REDIS_URL").value_or("");
@@ -88,39 +85,47 @@ Config make_config(const Options& o, const GetEnv& getenv, const ParseSignal& pa
   if (url.empty()) url = "redis://127.0.0.1:6379";
   auto endpoint = parse_redis_url(url);
   if (!endpoint) throw UsageError("--redis: " + endpoint.error());
-  c.common.endpoint = std::move(*endpoint);
-  if (!c.common.endpoint.password) {
+  c.endpoint = std::move(*endpoint);
+  if (!c.endpoint.password) {
     auto pw = getenv("FENCERUN_REDIS_PASSWORD");
     if (!pw || pw->empty()) pw = getenv("REDISCLI_AUTH");
-    if (pw && !pw->empty()) c.common.endpoint.password = *pw;
+    if (pw && !pw->empty()) c.endpoint.password = *pw;
   }
-  if (c.common.endpoint.transport == RedisEndpoint::Transport::sentinel) {
+  if (c.endpoint.transport == RedisEndpoint::Transport::sentinel) {
     auto pw = getenv("FENCERUN_SENTINEL_PASSWORD");
-    if (pw && !pw->empty()) c.common.endpoint.sentinel_password = *pw;
+    if (pw && !pw->empty()) c.endpoint.sentinel_password = *pw;
   }
-  auto& tls = c.common.endpoint.tls;
+  auto& tls = c.endpoint.tls;
   tls.ca_file = o.tls_ca_file;
   tls.cert_file = o.tls_cert;
   tls.key_file = o.tls_key;
   tls.server_name = o.tls_server_name;
   tls.insecure = o.tls_insecure;
   if (!tls.key_file.empty() && tls.cert_file.empty()) throw UsageError("--tls-key: needs --tls-cert as well");
-  c.common.redacted_url = redacted_url(c.common.endpoint);
+  c.redacted_url = redacted_url(c.endpoint);
 
-  c.common.timeout = duration_option("--timeout", o.timeout);
-  if (c.common.timeout <= milliseconds::zero())
+  c.timeout = duration_option("--timeout", o.timeout);
+  if (c.timeout <= milliseconds::zero())
     throw UsageError("--timeout: must be positive, got " + o.timeout);
   if (o.key_prefix.find_first_of("{}") != std::string::npos)
     throw UsageError("--key-prefix: may not contain '{' or '}' (reserved for the Redis Cluster hash tag)");
-  c.common.key_prefix = o.key_prefix;
-  c.common.log_level = o.verbosity >= 2   ? LogLevel::debug
-                       : o.verbosity == 1 ? LogLevel::info
-                       : o.verbosity == 0 ? LogLevel::warn
-                                          : LogLevel::error;
-  if (o.log_format == "text") c.common.log_format = LogFormat::text;
-  else if (o.log_format == "json") c.common.log_format = LogFormat::json;
+  c.key_prefix = o.key_prefix;
+  c.log_level = o.verbosity >= 2   ? LogLevel::debug
+                : o.verbosity == 1 ? LogLevel::info
+                : o.verbosity == 0 ? LogLevel::warn
+                                   : LogLevel::error;
+  if (o.log_format == "text") c.log_format = LogFormat::text;
+  else if (o.log_format == "json") c.log_format = LogFormat::json;
   else throw UsageError("--log-format: '" + o.log_format + "' is not one of text, json");
+  return c;
+}
 
+Config make_config(const Options& o, const GetEnv& getenv, const ParseSignal& parse_signal) {
+  Config c;
+  c.subcommand = o.subcommand;
+  c.json = o.json;
+
+  c.common = make_common_config(o, getenv);
   c.acl_delex = o.acl_delex;
   if (o.subcommand == Subcommand::version || o.subcommand == Subcommand::help || o.subcommand == Subcommand::acl)
     return c;

@@ -80,4 +80,8 @@ using ParseSignal = std::function<std::optional<int>(std::string_view)>;
 // Validates `options`; throws UsageError with a one-line message naming the option.
 Config make_config(const Options& options, const GetEnv& getenv, const ParseSignal& parse_signal);
 
+// The connection part of make_config (URL and passwords from the options and the environment, TLS,
+// --timeout, --key-prefix, logging), for every command that talks to Redis. Throws UsageError.
+CommonConfig make_common_config(const Options& options, const GetEnv& getenv);
+
 }  // namespace fencerun::config

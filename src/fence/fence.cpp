@@ -1,5 +1,6 @@
-// `fencerun fence ...`: argument handling and dispatch. Arguments are parsed by hand so that CMD's
-// words reach Redis byte for byte.
+// `fencerun fence ...`: argument handling and dispatch. `fence redis` takes the connection options
+// through the same parser and configuration code as run and status; CMD's words reach Redis byte
+// for byte. Only `fence file`'s one option is parsed here.
 #include "fence/fence.hpp"
 
 #include <charconv>
@@ -7,12 +8,12 @@
 #include <cstdlib>
 #include <exception>
 
+#include "cli/parse.hpp"
 #include "config/config.hpp"
-#include "config/duration.hpp"
-#include "config/url.hpp"
 #include "fence/embedded_scripts.hpp"
 #include "fence/file_guard.hpp"
 #include "fence/redis_guard.hpp"
+#include "log/log.hpp"
 #include "supervisor/exit_status.hpp"
 #include "util/error.hpp"
 
@@ -56,12 +57,6 @@ class ArgCursor {
     }
     return false;
   }
-  bool value_option(std::string_view long_name, std::string_view short_name, std::string& out) {
-    std::optional<std::string> v;
-    if (!value_option(long_name, short_name, v)) return false;
-    out = std::move(*v);
-    return true;
-  }
 
  private:
   const std::vector<std::string_view>& m_args;
@@ -80,29 +75,25 @@ int main_file(const std::vector<std::string_view>& args) {
   return run_file_guard(token, a.path);
 }
 
+log::Level to_log_level(config::LogLevel level) {
+  switch (level) {
+    case config::LogLevel::debug: return log::Level::debug;
+    case config::LogLevel::info: return log::Level::info;
+    case config::LogLevel::warn: return log::Level::warn;
+    case config::LogLevel::error: return log::Level::error;
+  }
+  return log::Level::warn;
+}
+
 int main_redis(const std::vector<std::string_view>& args) {
   RedisArgs a = parse_redis_args(args);
   std::uint64_t token = resolve_token(a.token, get_env);
-
-  // Same precedence as the run command: option > $FENCERUN_REDIS_URL > $REDIS_URL > default; the
-  // password from the URL > $FENCERUN_REDIS_PASSWORD > $REDISCLI_AUTH.
-  std::string url = a.redis_url.value_or("");
-  if (url.empty()) url = get_env("FENCERUN_REDIS_URL").value_or("");
-  if (url.empty()) url = get_env("REDIS_URL").value_or("");
-  if (url.empty()) url = "redis://127.0.0.1:6379";
-  auto endpoint = config::parse_redis_url(url);
-  if (!endpoint) throw UsageError("--redis: " + endpoint.error());
-  if (!endpoint->password) {
-    auto pw = get_env("FENCERUN_REDIS_PASSWORD");
-    if (!pw || pw->empty()) pw = get_env("REDISCLI_AUTH");
-    if (pw && !pw->empty()) endpoint->password = *pw;
-  }
-
-  auto timeout = config::parse_duration(a.timeout);
-  if (!timeout) throw UsageError("--timeout: " + timeout.error());
-  if (timeout->count() <= 0) throw UsageError("--timeout: must be positive, got " + a.timeout);
-  if (a.key_prefix.find_first_of("{}") != std::string::npos)
-    throw UsageError("--key-prefix: may not contain '{' or '}' (reserved for the Redis Cluster hash tag)");
+  // URL, passwords, TLS, --timeout and --key-prefix exactly as run and status take them.
+  config::CommonConfig common = config::make_common_config(a.connection, get_env);
+  log::init(to_log_level(common.log_level),
+            common.log_format == config::LogFormat::json ? log::Format::json : log::Format::text);
+  if (common.endpoint.tls.insecure)
+    log::event(log::Level::warn, "tls_insecure", "TLS certificate verification is disabled (--tls-insecure)");
 
   std::optional<std::string> resource = a.resource;
   if (!resource) resource = get_env("FENCERUN_LOCK");
@@ -112,9 +103,9 @@ int main_redis(const std::vector<std::string_view>& args) {
     throw UsageError("--resource: " + ok.error());
 
   RedisGuard guard;
-  guard.endpoint = std::move(*endpoint);
-  guard.timeout = *timeout;
-  guard.fence_key = fence_key(a.key_prefix, *resource);
+  guard.endpoint = std::move(common.endpoint);
+  guard.timeout = common.timeout;
+  guard.fence_key = fence_key(common.key_prefix, *resource);
   guard.token = token;
   guard.command = std::move(a.command);
   return run_redis_guard(guard);
@@ -127,7 +118,7 @@ int main_sql(const std::vector<std::string_view>& args) {
     throw UsageError("fence sql: unsupported dialect '" + std::string(args[0]) + "' (supported: postgresql)");
   auto schema = postgresql_schema();
   std::fwrite(schema.data(), 1, schema.size(), stdout);
-  return std::fflush(stdout) == 0 ? 0 : 1;
+  return std::fflush(stdout) == 0 ? 0 : k_write_failed;
 }
 
 }  // namespace
@@ -140,10 +131,14 @@ std::string help_text() {
          "  fencerun fence file [--token N] PATH\n"
          "      stdin replaces PATH (temp file, fsync, rename); the greatest accepted token is kept\n"
          "      in PATH.fence, writers serialise on PATH.fence.lock\n"
-         "  fencerun fence redis [-r URL] [--timeout DUR] [--key-prefix P] [--resource R] [--token N]\n"
-         "                       -- CMD [ARG...]\n"
+         "  fencerun fence redis [OPTIONS] [--resource R] [--token N] -- CMD [ARG...]\n"
          "      one script compares the token with <prefix>{R}:fence, runs CMD, records the token,\n"
-         "      and prints CMD's reply; R defaults to $FENCERUN_LOCK\n"
+         "      and prints CMD's reply; R defaults to $FENCERUN_LOCK; CMD has at most " +
+         std::to_string(k_max_command_words) + " words.\n"
+         "      OPTIONS are the connection options of run and status: -r URL, --timeout DUR,\n"
+         "      --key-prefix P, --tls-ca-file FILE, --tls-cert FILE, --tls-key FILE,\n"
+         "      --tls-server-name NAME, --tls-insecure, -v, -q, --log-format FMT; passwords from\n"
+         "      the URL, $FENCERUN_REDIS_PASSWORD, $REDISCLI_AUTH, $FENCERUN_SENTINEL_PASSWORD\n"
          "  fencerun fence sql postgresql\n"
          "      prints the schema: table fencerun_fence and function fencerun_admit(resource, token)\n"
          "\n"
@@ -151,7 +146,9 @@ std::string help_text() {
          "A token equal to the greatest accepted one is accepted.\n"
          "\n"
          "Exit status: 0 accepted; 77 stale token rejected; 64 usage error, also a missing or\n"
-         "malformed token; 69 Redis unavailable; 1 the write failed (I/O error, error reply from CMD).\n";
+         "malformed token; 69 Redis unavailable; 1 the write failed (I/O error, a side file that is\n"
+         "a symbolic link, error reply from CMD); 128+N fence file stopped by signal N before its\n"
+         "commit (nothing written).\n";
 }
 
 std::expected<std::uint64_t, std::string> parse_token(std::string_view text) {
@@ -212,23 +209,18 @@ FileArgs parse_file_args(const std::vector<std::string_view>& args) {
 
 RedisArgs parse_redis_args(const std::vector<std::string_view>& args) {
   RedisArgs out;
-  ArgCursor c(args);
-  // Options up to `--` or the first word that is not an option; everything after is CMD, untouched.
-  while (!c.done()) {
-    if (c.peek() == "--") {
-      c.next();
-      break;
-    }
-    if (!c.is_option()) break;
-    if (c.value_option("--token", "", out.token)) continue;
-    if (c.value_option("--redis", "-r", out.redis_url)) continue;
-    if (c.value_option("--timeout", "", out.timeout)) continue;
-    if (c.value_option("--key-prefix", "", out.key_prefix)) continue;
-    if (c.value_option("--resource", "", out.resource)) continue;
-    unknown_option("redis", c.peek());
+  try {
+    out.connection = cli::parse_connection_command(args, {{"--token", &out.token}, {"--resource", &out.resource}});
+  } catch (const UsageError& e) {
+    throw UsageError(std::string("fence redis: ") + e.what());
   }
-  while (!c.done()) out.command.emplace_back(c.next());
-  if (out.command.empty()) throw UsageError("fence redis: missing CMD (usage: fencerun fence redis [OPTIONS] -- CMD [ARG...])");
+  out.command = std::move(out.connection.command);
+  out.connection.command.clear();
+  if (out.command.empty())
+    throw UsageError("fence redis: missing CMD (usage: fencerun fence redis [OPTIONS] -- CMD [ARG...])");
+  if (out.command.size() > k_max_command_words)
+    throw UsageError("fence redis: CMD has " + std::to_string(out.command.size()) + " words, at most " +
+                     std::to_string(k_max_command_words) + " fit in one fenced command (Lua's unpack limit in Redis)");
   return out;
 }
 

@@ -8,7 +8,8 @@
 //
 // Exit codes: 0 accepted, 77 stale token rejected, 64 usage (also a missing or malformed token: never
 // an implicit accept), 69 Redis unavailable or failing, 1 the write itself failed (I/O error, or an
-// error reply from CMD).
+// error reply from CMD), 128+N a signal N stopped `fence file` before its commit.
+#include <cstddef>
 #include <cstdint>
 #include <expected>
 #include <functional>
@@ -17,7 +18,18 @@
 #include <string_view>
 #include <vector>
 
+#include "config/options.hpp"
+
 namespace fencerun::fence {
+
+// Exit code of a guard whose write failed: an I/O error (or a side file that is a symbolic link) in
+// `fence file`, an error reply from CMD in `fence redis`. The other codes are in exit_status.hpp.
+inline constexpr int k_write_failed = 1;
+
+// The most words CMD of `fence redis` may have: the script passes them to redis.pcall through
+// Lua's unpack(), which returns at most 7998 values in the Lua 5.1 of Redis (LUAI_MAXCSTACK 8000
+// stack slots, minus the two arguments of unpack itself).
+inline constexpr std::size_t k_max_command_words = 7998;
 
 // argv[0] is "fence". Returns the exit code; never throws.
 int main(int argc, const char* const* argv);
@@ -46,12 +58,10 @@ struct FileArgs {
   std::string path;
 };
 struct RedisArgs {
+  config::Options connection;  // the connection options of run and status (-r, --timeout, --tls-*, ...)
   std::optional<std::string> token;
-  std::optional<std::string> redis_url;
-  std::string timeout = "2s";
-  std::string key_prefix = "fencerun:";
   std::optional<std::string> resource;
-  std::vector<std::string> command;
+  std::vector<std::string> command;  // byte for byte; 1 to k_max_command_words words
 };
 // `args` excludes "fence" and the guard name. Throw UsageError.
 FileArgs parse_file_args(const std::vector<std::string_view>& args);

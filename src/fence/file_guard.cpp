@@ -1,6 +1,7 @@
 // The file guard. Every file operation is relative to a descriptor of PATH's directory, so the temp
 // files, the side record, the lock file and PATH are all in one directory (rename is atomic there)
-// and the directory fsyncs cover them.
+// and the directory fsyncs cover them. Side files are opened with O_NOFOLLOW: a symbolic link planted
+// there would make the guard read, create or lock a file elsewhere.
 #include "fence/file_guard.hpp"
 
 #include <fcntl.h>
@@ -8,8 +9,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -17,6 +20,8 @@
 
 #include "fence/fence.hpp"
 #include "supervisor/exit_status.hpp"
+#include "supervisor/signals.hpp"
+#include "util/clock.hpp"
 #include "util/fd.hpp"
 #include "util/random.hpp"
 
@@ -27,6 +32,18 @@ namespace {
 class IoError : public std::runtime_error {
  public:
   IoError(const std::string& what, int err) : std::runtime_error(what + ": " + std::strerror(err)) {}
+};
+
+// A side file opened with O_NOFOLLOW failed: ELOOP means it is a symbolic link.
+[[noreturn]] void throw_open_error(const std::string& what, const std::string& shown, int err) {
+  if (err == ELOOP)
+    throw std::runtime_error(shown + " is a symbolic link; refusing to follow it (remove it if it is not yours)");
+  throw IoError("cannot open " + what + " " + shown, err);
+}
+
+// A signal (HUP, INT, QUIT, TERM) ended the guard before its commit; carries its number.
+struct Stopped {
+  int signo;
 };
 
 std::optional<std::uint64_t> to_u64(std::string_view s) {
@@ -61,10 +78,10 @@ void fsync_or_throw(int fd, const std::string& what) {
 
 // Reads a whole small file relative to `dirfd`; nullopt when it does not exist.
 std::optional<std::string> read_small_file(int dirfd, const std::string& name, const std::string& shown) {
-  UniqueFd fd(::openat(dirfd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
+  UniqueFd fd(::openat(dirfd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW));
   if (!fd) {
     if (errno == ENOENT) return std::nullopt;
-    throw IoError("cannot open " + shown, errno);
+    throw_open_error("side record", shown, errno);
   }
   std::string out;
   char buf[4096];
@@ -131,72 +148,130 @@ State read_state(int dirfd, const Paths& p) {
   return s;
 }
 
-// A new file in the directory with a random name ".<stem>.<hex>.tmp", created exclusively.
-UniqueFd create_temp(int dirfd, const std::string& stem, mode_t mode, std::string& name) {
-  for (int attempt = 0; attempt < 16; ++attempt) {
-    name = "." + stem + "." + random_hex(8) + ".tmp";
-    UniqueFd fd(::openat(dirfd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, mode));
-    if (fd) return fd;
-    if (errno != EEXIST) throw IoError("cannot create a temp file next to " + stem, errno);
-  }
-  throw std::runtime_error("cannot find a free temp file name next to " + stem);
-}
-
 mode_t current_umask() {
   mode_t m = ::umask(022);
   ::umask(m);
   return m;
 }
 
-// Unlinks a temp file unless disarmed (the guard failed before the file's rename counted).
-class TempFile {
+std::string temp_name(const std::string& stem) { return "." + stem + "." + random_hex(8) + ".tmp"; }
+
+// A temp file being written in PATH's directory. Where the filesystem supports O_TMPFILE it has no
+// name until link() (at the commit), so a guard killed before then, even by SIGKILL, leaves nothing
+// behind. Elsewhere it gets a random name ".<stem>.<hex>.tmp" at once (created exclusively). A name
+// the file still owns is removed on destruction, unless keep() said the name now counts.
+class StagedFile {
  public:
-  TempFile(int dirfd, std::string name) : m_dirfd(dirfd), m_name(std::move(name)) {}
-  ~TempFile() {
-    if (m_armed) ::unlinkat(m_dirfd, m_name.c_str(), 0);
+  // `unnamed` says whether to try O_TMPFILE; it is cleared when the filesystem refuses it, so the
+  // guard's later temp files go straight to the fallback.
+  StagedFile(int dirfd, const Paths& p, std::string stem, mode_t mode, bool& unnamed)
+      : m_dirfd(dirfd), m_stem(std::move(stem)) {
+    if (unnamed) {
+      m_fd.reset(::openat(dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, mode));
+      if (m_fd) return;
+      // EOPNOTSUPP: the filesystem has no O_TMPFILE; EISDIR or EINVAL: the kernel predates it.
+      if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
+        throw IoError("cannot create a temp file in directory " + p.dir, errno);
+      unnamed = false;
+    }
+    for (int attempt = 0; attempt < 16; ++attempt) {
+      std::string name = temp_name(m_stem);
+      m_fd.reset(::openat(dirfd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW, mode));
+      if (m_fd) {
+        m_name = std::move(name);
+        return;
+      }
+      if (errno != EEXIST) throw IoError("cannot create a temp file next to " + p.shown, errno);
+    }
+    throw std::runtime_error("cannot find a free temp file name next to " + p.shown);
   }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-  const std::string& name() const { return m_name; }
-  void disarm() { m_armed = false; }
+  ~StagedFile() {
+    if (!m_name.empty() && !m_kept) ::unlinkat(m_dirfd, m_name.c_str(), 0);
+  }
+  StagedFile(const StagedFile&) = delete;
+  StagedFile& operator=(const StagedFile&) = delete;
+
+  int fd() const { return m_fd.get(); }
+  // Gives an unnamed file its random name in the directory (a named one keeps its own); returns it.
+  const std::string& link() {
+    if (!m_name.empty()) return m_name;
+    for (int attempt = 0; attempt < 16; ++attempt) {
+      std::string name = temp_name(m_stem);
+      // AT_EMPTY_PATH links the descriptor itself but needs CAP_DAC_READ_SEARCH; /proc/self/fd
+      // does the same for anyone.
+      int rc = ::linkat(m_fd.get(), "", m_dirfd, name.c_str(), AT_EMPTY_PATH);
+      if (rc != 0 && errno != EEXIST) {
+        std::string proc = "/proc/self/fd/" + std::to_string(m_fd.get());
+        rc = ::linkat(AT_FDCWD, proc.c_str(), m_dirfd, name.c_str(), AT_SYMLINK_FOLLOW);
+      }
+      if (rc == 0) {
+        m_name = std::move(name);
+        return m_name;
+      }
+      if (errno != EEXIST) throw IoError("cannot give the temp file of " + m_stem + " a name", errno);
+    }
+    throw std::runtime_error("cannot find a free temp file name for " + m_stem);
+  }
+  void close() { m_fd.reset(); }
+  void keep() { m_kept = true; }
 
  private:
   int m_dirfd;
-  std::string m_name;
-  bool m_armed = true;
+  std::string m_stem;
+  UniqueFd m_fd;
+  std::string m_name;  // empty while unnamed
+  bool m_kept = false;
 };
 
-// stdin -> a new temp file in PATH's directory with PATH's mode (or 0666 & ~umask for a new PATH),
-// fsynced.
-std::string spool_stdin(int dirfd, const Paths& p) {
-  std::string name;
-  UniqueFd fd = create_temp(dirfd, p.base, 0600, name);
-  TempFile guard(dirfd, name);
+// Waits until stdin is readable, or throws Stopped for a signal that ends the guard.
+void wait_readable(supervisor::SignalChannel& signals, int fd) {
+  for (;;) {
+    bool ready = false;
+    // No deadline of its own: the producer may take as long as it likes; the hour only bounds one wait.
+    if (auto sig = signals.wait_for_terminating(BootClock::now() + std::chrono::hours(1), fd, ready))
+      throw Stopped{*sig};
+    if (ready) return;
+  }
+}
 
+// stdin -> `file`, with PATH's mode (or 0666 & ~umask for a new PATH), fsynced.
+void spool_stdin(int dirfd, const Paths& p, StagedFile& file, supervisor::SignalChannel& signals) {
   char buf[65536];
   for (;;) {
+    wait_readable(signals, STDIN_FILENO);
     ssize_t n = ::read(STDIN_FILENO, buf, sizeof buf);
     if (n < 0) {
-      if (errno == EINTR) continue;
+      if (errno == EINTR || errno == EAGAIN) continue;
       throw IoError("cannot read stdin", errno);
     }
     if (n == 0) break;
-    write_all(fd.get(), buf, static_cast<std::size_t>(n), "temp file " + name);
+    write_all(file.fd(), buf, static_cast<std::size_t>(n), "the temp file of " + p.shown);
   }
 
   struct stat st{};
   if (::fstatat(dirfd, p.base.c_str(), &st, 0) == 0 && S_ISREG(st.st_mode)) {
-    if (::fchmod(fd.get(), st.st_mode & 07777) != 0) throw IoError("cannot set the mode of " + name, errno);
+    if (::fchmod(file.fd(), st.st_mode & 07777) != 0) throw IoError("cannot set the mode of the temp file", errno);
     // Keep the owner when we may (root replacing another user's file); a failure leaves it ours.
     if (::geteuid() == 0 && (st.st_uid != ::geteuid() || st.st_gid != ::getegid())) {
-      [[maybe_unused]] int ignored = ::fchown(fd.get(), st.st_uid, st.st_gid);
+      [[maybe_unused]] int ignored = ::fchown(file.fd(), st.st_uid, st.st_gid);
     }
-  } else if (::fchmod(fd.get(), 0666 & ~current_umask()) != 0) {
-    throw IoError("cannot set the mode of " + name, errno);
+  } else if (::fchmod(file.fd(), 0666 & ~current_umask()) != 0) {
+    throw IoError("cannot set the mode of the temp file", errno);
   }
-  fsync_or_throw(fd.get(), "temp file " + name);
-  guard.disarm();
-  return name;
+  fsync_or_throw(file.fd(), "the temp file of " + p.shown);
+}
+
+// Takes flock(LOCK_EX) on `fd`, or throws Stopped for a signal that ends the guard meanwhile (flock
+// cannot wait on the signalfd, so a busy lock is retried at short intervals).
+void lock_exclusive(int fd, const Paths& p, supervisor::SignalChannel& signals) {
+  auto pause = std::chrono::milliseconds(1);
+  for (;;) {
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return;
+    if (errno == EINTR) continue;
+    if (errno != EWOULDBLOCK) throw IoError("cannot lock " + p.shown + ".fence.lock", errno);
+    if (auto sig = signals.wait_for_terminating(BootClock::now() + pause)) throw Stopped{*sig};
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+  }
 }
 
 void print_stale(std::uint64_t token, const Paths& p, std::uint64_t accepted) {
@@ -204,35 +279,37 @@ void print_stale(std::uint64_t token, const Paths& p, std::uint64_t accepted) {
 }
 
 // Replaces the side record with `record`: temp file, fsync, rename over PATH.fence.
-void write_record(int dirfd, const Paths& p, const SideRecord& record) {
+void write_record(int dirfd, const Paths& p, const SideRecord& record, bool& unnamed) {
   std::string text = format_side_record(record);
-  std::string temp;
-  UniqueFd fd = create_temp(dirfd, p.record, 0666, temp);  // the umask applies
-  TempFile guard(dirfd, temp);
-  write_all(fd.get(), text.data(), text.size(), "temp file " + temp);
-  fsync_or_throw(fd.get(), "temp file " + temp);
-  fd.reset();
-  if (::renameat(dirfd, temp.c_str(), dirfd, p.record.c_str()) != 0)
-    throw IoError("cannot rename " + temp + " to " + p.shown + ".fence", errno);
-  guard.disarm();
+  StagedFile temp(dirfd, p, p.record, 0666, unnamed);  // the umask applies
+  write_all(temp.fd(), text.data(), text.size(), "the temp file of " + p.shown + ".fence");
+  fsync_or_throw(temp.fd(), "the temp file of " + p.shown + ".fence");
+  const std::string& name = temp.link();
+  temp.close();
+  if (::renameat(dirfd, name.c_str(), dirfd, p.record.c_str()) != 0)
+    throw IoError("cannot rename " + name + " to " + p.shown + ".fence", errno);
+  temp.keep();
 }
 
-// Commits the spooled data `data_temp` with `token`; the lock is held. The order is what makes a
-// crash safe (see file_guard.hpp):
-//   1. side record "token / pending <effective> <data_temp>", fsync the directory;
-//   2. rename data_temp over PATH: the commit point; fsync the directory;
-//   3. side record "token" alone (tidy: the pending line is harmless once data_temp is gone, so this
+// Commits the spooled `data` with `token`; the lock is held. The order is what makes a crash safe
+// (see file_guard.hpp):
+//   0. give data its temp name (an unnamed O_TMPFILE file gets one only now);
+//   1. side record "token / pending <effective> <data's name>", fsync the directory;
+//   2. rename data over PATH: the commit point; fsync the directory;
+//   3. side record "token" alone (tidy: the pending line is harmless once data's name is gone, so this
 //      step needs no directory fsync; a crash may leave either version, and both say `token`).
-// A crash before 2 leaves data_temp in place, so readers know the token never took effect.
-// `named` is set once the side record names data_temp: from then on data_temp must not be removed
-// until it is renamed, because its existence is what says "this token's data never landed".
-void commit(int dirfd, const Paths& p, std::uint64_t token, std::uint64_t effective, const std::string& data_temp,
-            bool& named) {
+// A crash before 2 leaves data's name in place, so readers know the token never took effect. Once
+// the side record names it, that name must not be removed until it is renamed, because its existence
+// is what says "this token's data never landed": hence keep() right after step 1.
+void commit(int dirfd, const Paths& p, std::uint64_t token, std::uint64_t effective, StagedFile& data,
+            bool& unnamed) {
+  const std::string& data_temp = data.link();
+  data.close();
   SideRecord record;
   record.token = token;
   record.pending = SideRecord::Pending{effective, data_temp};
-  write_record(dirfd, p, record);
-  named = true;
+  write_record(dirfd, p, record, unnamed);
+  data.keep();
   fsync_or_throw(dirfd, "directory " + p.dir);
 
   if (::renameat(dirfd, data_temp.c_str(), dirfd, p.base.c_str()) != 0)
@@ -240,7 +317,7 @@ void commit(int dirfd, const Paths& p, std::uint64_t token, std::uint64_t effect
   fsync_or_throw(dirfd, "directory " + p.dir);
 
   record.pending.reset();
-  write_record(dirfd, p, record);
+  write_record(dirfd, p, record, unnamed);
 }
 
 }  // namespace
@@ -289,6 +366,9 @@ std::uint64_t effective_token(const SideRecord& record, bool temp_exists) {
 
 int run_file_guard(std::uint64_t token, const std::string& path) {
   try {
+    // HUP, INT, QUIT and TERM are read from a signalfd, so they end the guard only while it waits
+    // (for stdin or the lock), never halfway through the commit, and the temp file is removed first.
+    supervisor::SignalChannel signals;
     Paths p = make_paths(path);
     UniqueFd dirfd(::open(p.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!dirfd) throw IoError("cannot open directory " + p.dir, errno);
@@ -307,33 +387,31 @@ int run_file_guard(std::uint64_t token, const std::string& path) {
 
     // The data is spooled before the lock is taken, so a slow or paused producer never holds up other
     // writers.
-    TempFile data(dirfd.get(), spool_stdin(dirfd.get(), p));
+    bool unnamed = true;
+    StagedFile data(dirfd.get(), p, p.base, 0600, unnamed);
+    spool_stdin(dirfd.get(), p, data, signals);
 
-    UniqueFd lock(::openat(dirfd.get(), p.lock.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC | O_NOCTTY, 0666));
-    if (!lock) throw IoError("cannot open lock file " + p.shown + ".fence.lock", errno);
-    while (::flock(lock.get(), LOCK_EX) != 0) {
-      if (errno != EINTR) throw IoError("cannot lock " + p.shown + ".fence.lock", errno);
-    }
+    UniqueFd lock(
+        ::openat(dirfd.get(), p.lock.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW, 0666));
+    if (!lock) throw_open_error("lock file", p.shown + ".fence.lock", errno);
+    lock_exclusive(lock.get(), p, signals);
 
     State s = read_state(dirfd.get(), p);
     if (token < s.effective) {
       print_stale(token, p, s.effective);
       return exit_code::k_fence_stale;
     }
-    bool named = false;
-    try {
-      commit(dirfd.get(), p, token, s.effective, data.name(), named);
-    } catch (...) {
-      if (named) data.disarm();
-      throw;
-    }
-    data.disarm();
+    commit(dirfd.get(), p, token, s.effective, data, unnamed);
     // The record no longer names the data temp of a write that never landed: remove it.
     if (s.orphan) ::unlinkat(dirfd.get(), s.orphan->c_str(), 0);
     return 0;
+  } catch (const Stopped& stopped) {
+    std::fprintf(stderr, "fencerun: fence file %s: stopped by SIG%s before the commit; nothing written\n",
+                 path.c_str(), supervisor::signal_name(stopped.signo).c_str());
+    return exit_code_for_signal(stopped.signo);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fencerun: fence file %s: %s\n", path.c_str(), e.what());
-    return 1;
+    return k_write_failed;
   }
 }
 

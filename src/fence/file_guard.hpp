@@ -7,6 +7,11 @@
 //   PATH.fence.lock  the lock file, flock(LOCK_EX) by every writer; never renamed or removed, so all
 //                    writers lock the same inode (a lock on a file that gets renamed over would let
 //                    two writers in at once)
+// Neither is ever followed through a symbolic link (O_NOFOLLOW): a link there is an error.
+//
+// The data temp file is created unnamed (O_TMPFILE) and linked under a random name only at the
+// commit, so a guard killed before then leaves nothing; where the filesystem lacks O_TMPFILE it is
+// named from the start and removed when a signal (HUP, INT, QUIT, TERM) stops the guard.
 //
 // Commit order (see commit() in file_guard.cpp): data temp file written and fsynced; side record
 // "T / pending P TEMP" renamed into place and the directory fsynced; then the data temp renamed over
@@ -38,7 +43,8 @@ std::string format_side_record(const SideRecord& record);
 // The token in force: `record.token`, unless its pending temp file still exists (`temp_exists`).
 std::uint64_t effective_token(const SideRecord& record, bool temp_exists);
 
-// Runs the guard: reads stdin, returns the exit code (0, 77, or 1 on I/O errors with a message on
+// Runs the guard: reads stdin, returns the exit code (0, 77, k_write_failed on I/O errors and
+// symlinked side files, or 128+N when signal N stopped it before the commit; with a message on
 // stderr).
 int run_file_guard(std::uint64_t token, const std::string& path);
 

@@ -72,11 +72,11 @@ int run_redis_guard(const RedisGuard& guard) {
   const Reply& result = e[1];
   if (result.is_error()) {
     std::fprintf(stderr, "%s\n", redis::to_display(result).c_str());
-    return 1;
+    return k_write_failed;
   }
   std::string shown = redis::to_display(result);
   std::fprintf(stdout, "%s\n", shown.c_str());
-  return std::fflush(stdout) == 0 ? 0 : 1;
+  return std::fflush(stdout) == 0 ? 0 : k_write_failed;
 }
 
 }  // namespace fencerun::fence

@@ -2,12 +2,14 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <iostream>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "fence_harness.hpp"
@@ -63,6 +65,17 @@ std::vector<std::string> temp_files(const std::filesystem::path& dir) {
     if (n.size() > 4 && n.front() == '.' && n.substr(n.size() - 4) == ".tmp") out.push_back(n);
   }
   return out;
+}
+
+// True when process `pid` holds an unnamed file (O_TMPFILE) in `dir`: the guard's data being spooled.
+bool holds_unnamed_file(pid_t pid, const std::filesystem::path& dir) {
+  std::error_code ec;
+  const std::string prefix = dir.string() + "/#";
+  for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+    auto target = std::filesystem::read_symlink(e.path(), ec).string();
+    if (!ec && target.starts_with(prefix) && target.ends_with(" (deleted)")) return true;
+  }
+  return false;
 }
 
 TEST(FenceFile, AcceptsNewerAndEqualRejectsOlderWithBothTokens) {
@@ -133,6 +146,127 @@ TEST(FenceFile, CrashBetweenRecordAndDataRenameMeansTheTokenNeverTookEffect) {
   r = fence_file(dir, {"--token", "99", "data"}, "x\n");
   EXPECT_EQ(r.exit_code, 1) << r;
   EXPECT_EQ(read_file(dir / "data"), "after crash\n");
+}
+
+// Side files are never followed through a symbolic link: a link planted as PATH.fence or
+// PATH.fence.lock would make the guard read, create or lock a file outside the directory.
+TEST(FenceFile, RefusesSymlinkedSideFilesAndLeavesTheirTargetsAlone) {
+  for (const std::string side : {".fence", ".fence.lock"}) {
+    SCOPED_TRACE(side);
+    TempDir dir("fence-file");
+    TempDir outside("fence-outside");
+    // One target exists (it must stay byte for byte as it was), one does not (it must not appear).
+    write_file(outside / "existing", "5\n", 0644);
+    for (const std::string target : {"existing", "missing"}) {
+      SCOPED_TRACE(target);
+      std::filesystem::remove(dir / ("data" + side));
+      std::filesystem::create_symlink(outside / target, dir / ("data" + side));
+      auto r = fence_file(dir, {"--token", "7", "data"}, "new\n");
+      EXPECT_EQ(r.exit_code, 1) << r;
+      EXPECT_EQ(split_lines(trim(r.err)).size(), 1u) << "one line\n" << r;
+      EXPECT_NE(r.err.find("data" + side + " is a symbolic link"), std::string::npos) << r;
+      EXPECT_EQ(read_file(outside / "existing"), "5\n");
+      EXPECT_FALSE(std::filesystem::exists(outside / "missing")) << "the guard created a file outside";
+      EXPECT_TRUE(std::filesystem::is_symlink(dir / ("data" + side))) << "the planted link is left as it was";
+      EXPECT_FALSE(std::filesystem::exists(dir / "data")) << "nothing may be written";
+      EXPECT_TRUE(temp_files(dir.path()).empty());
+    }
+  }
+}
+
+std::set<std::string> names_in(const std::filesystem::path& dir) {
+  std::set<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) out.insert(e.path().filename().string());
+  return out;
+}
+
+// A guard started with `fence file --token 9 data` in `dir`, its stdin a FIFO the test writes to
+// and keeps open, so the guard stays in the middle of reading it.
+class GuardReadingAPipe {
+ public:
+  explicit GuardReadingAPipe(const TempDir& dir, EnvList env = {}) : m_fifo(dir / "stdin.fifo") {
+    if (::mkfifo(m_fifo.c_str(), 0600) != 0) throw std::runtime_error("mkfifo failed");
+    m_writer.reset(::open(m_fifo.c_str(), O_RDWR | O_CLOEXEC));  // never blocks on Linux
+    SpawnOptions so;
+    so.cwd = dir.path();
+    so.stdin_file = m_fifo;
+    so.env = std::move(env);
+    m_proc = std::make_unique<FencerunProcess>(std::vector<std::string>{"fence", "file", "--token", "9", "data"}, so);
+  }
+  ~GuardReadingAPipe() { std::filesystem::remove(m_fifo); }
+  FencerunProcess& proc() { return *m_proc; }
+  // Sends `data` and waits until the guard has taken all of it from the pipe and sleeps in the next
+  // read.
+  bool feed(const std::string& data) {
+    if (::write(m_writer.get(), data.data(), data.size()) != static_cast<ssize_t>(data.size())) return false;
+    return wait_until(
+        [&] {
+          int queued = -1;
+          return ::ioctl(m_writer.get(), FIONREAD, &queued) == 0 && queued == 0 &&
+                 process_state(m_proc->pid()) == 'S';
+        },
+        10s);
+  }
+
+ private:
+  std::filesystem::path m_fifo;
+  UniqueFd m_writer;
+  std::unique_ptr<FencerunProcess> m_proc;
+};
+
+// A guard killed while it reads stdin leaves nothing in the directory: its data file has no name
+// until the commit (O_TMPFILE).
+TEST(FenceFile, KilledWhileReadingStdinLeavesNoFileBehind) {
+  TempDir dir("fence-file");
+  ASSERT_EQ(fence_file(dir, {"--token", "5", "data"}, "old\n").exit_code, 0);
+  std::filesystem::remove(dir / "stdin.1");
+  const auto before = names_in(dir.path());
+  {
+    GuardReadingAPipe guard(dir);
+    ASSERT_TRUE(guard.feed(std::string(200000, 'x'))) << guard.proc().result();
+    ASSERT_TRUE(guard.proc().running());
+    guard.proc().signal(SIGKILL);
+    ASSERT_TRUE(guard.proc().wait_for_exit(10s).has_value());
+    EXPECT_EQ(guard.proc().result().exit_code, 128 + SIGKILL);
+  }
+  auto after = names_in(dir.path());
+  std::vector<std::string> left;
+  std::ranges::set_difference(after, before, std::back_inserter(left));
+  RecordProperty("files_left_after_sigkill", static_cast<int>(left.size()));
+  EXPECT_TRUE(left.empty()) << "left behind: " << ::testing::PrintToString(left);
+  EXPECT_EQ(read_file(dir / "data"), "old\n");
+  EXPECT_EQ(read_file(dir / "data.fence"), "5\n");
+}
+
+// Where O_TMPFILE is unsupported (simulated by a preloaded openat that refuses it), the guard
+// falls back to a named temp file: writes still work, and TERM, INT or HUP while it reads stdin
+// removes that file before the guard exits 128+N.
+TEST(FenceFile, WithoutTmpfileSupportASignalWhileReadingRemovesTheNamedTempFile) {
+  const EnvList no_tmpfile = {{"LD_PRELOAD", FENCE_TEST_NO_TMPFILE_PRELOAD}};
+  TempDir dir("fence-file");
+  auto r = fence_file(dir, {"--token", "5", "data"}, "old\n", no_tmpfile);
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(read_file(dir / "data"), "old\n");
+  EXPECT_EQ(read_file(dir / "data.fence"), "5\n");
+  EXPECT_TRUE(temp_files(dir.path()).empty());
+  std::filesystem::remove(dir / "stdin.1");
+  const auto before = names_in(dir.path());
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
+    SCOPED_TRACE(sig);
+    {
+      GuardReadingAPipe guard(dir, no_tmpfile);
+      ASSERT_TRUE(guard.feed(std::string(200000, 'x'))) << guard.proc().result();
+      EXPECT_EQ(temp_files(dir.path()).size(), 1u) << "the fallback spools into a named temp file";
+      guard.proc().signal(sig);
+      ASSERT_TRUE(guard.proc().wait_for_exit(10s).has_value());
+      EXPECT_EQ(guard.proc().result().exit_code, 128 + sig) << guard.proc().result();
+    }
+    auto after = names_in(dir.path());
+    std::vector<std::string> left;
+    std::ranges::set_difference(after, before, std::back_inserter(left));
+    EXPECT_TRUE(left.empty()) << "left behind: " << ::testing::PrintToString(left);
+    EXPECT_EQ(read_file(dir / "data"), "old\n");
+  }
 }
 
 TEST(FenceFile, LockFileIsNeverReplacedAndModeIsKept) {
@@ -238,15 +372,19 @@ TEST(FenceFile, DelayedRequestIsRejected) {
   so.cwd = lab.dir().path();
   const std::string script =
       "echo \"$FENCERUN_TOKEN\" > a.token\n"
-      "\"$FENCERUN\" fence file \"$FENCE_FILE\" < a.fifo; echo $? > a.rc\n"
+      "\"$FENCERUN\" fence file \"$FENCE_FILE\" < a.fifo & echo $! > a.guard; wait $!; echo $? > a.rc\n"
       // The control: the same delayed write, unguarded.
       "read line < a.cfifo; printf '%s\\n' \"$line\" > \"$FENCE_CONTROL\"; echo done > a.cdone\n"
       "sleep 1000\n";
   FencerunProcess a({"-r", lab.redis().url(), "-t", "300ms", lab.lock(), "--", "sh", "-c", script}, so);
   auto a_token = wait_for_line(lab.file("a.token"), 10s);
   ASSERT_TRUE(a_token) << a.result();
-  // The guard has started (while the lease is valid) and spooled nothing yet: its temp file exists.
-  ASSERT_TRUE(wait_until([&] { return !temp_files(lab.dir().path()).empty(); }, 10s)) << a.result();
+  // The guard has started (while the lease is valid) and spooled nothing yet: it holds its unnamed
+  // temp file.
+  auto guard_pid = wait_for_pid_file(lab.file("a.guard"), 10s);
+  ASSERT_TRUE(guard_pid) << a.result();
+  ASSERT_TRUE(wait_until([&] { return holds_unnamed_file(*guard_pid, lab.dir().path()); }, 10s)) << a.result();
+  EXPECT_TRUE(temp_files(lab.dir().path()).empty()) << "no named temp file while the guard waits for data";
   // A's fencerun stops renewing (paused); the request stays in flight.
   pause_owner(a.pid());
   ASSERT_TRUE(lab.wait_lock_free(10s));

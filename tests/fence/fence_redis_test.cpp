@@ -145,6 +145,38 @@ TEST(FenceRedis, UsageAndUnavailable) {
   EXPECT_FALSE(redis.exists("{bad}:k"));
 }
 
+// `fence redis --resource r --token 5 -- RPUSH {r}:l 2 3 ...`: a CMD of `words` words.
+std::vector<std::string> rpush_args(std::size_t words) {
+  std::vector<std::string> a = {"--resource", "r", "--token", "5", "--", "RPUSH", "{r}:l"};
+  for (std::size_t i = 2; i < words; ++i) a.push_back(std::to_string(i));
+  return a;
+}
+
+// The script hands CMD to redis.pcall through Lua's unpack(), which returns at most 7998 values in
+// the Lua inside Redis: a longer CMD is refused before anything is sent, as a usage error.
+TEST(FenceRedis, CommandAboveTheScriptArgumentLimitIsAUsageErrorAndNothingIsSent) {
+  RedisServer redis;
+  for (std::size_t words : {std::size_t{10000}, std::size_t{7999}}) {
+    SCOPED_TRACE(words);
+    auto r = fence_redis(redis, rpush_args(words));
+    EXPECT_EQ(r.exit_code, 64) << r.err;
+    EXPECT_EQ(split_lines(trim(r.err)).size(), 1u) << r.err;
+    EXPECT_NE(r.err.find("CMD has " + std::to_string(words) + " words"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("at most 7998"), std::string::npos) << r.err;
+  }
+  Reply stats = redis.cmd({"INFO", "commandstats"});
+  ASSERT_TRUE(stats.ok()) << stats.describe();
+  EXPECT_EQ(stats.str.find("cmdstat_eval"), std::string::npos) << "nothing may reach Redis\n" << stats.str;
+  EXPECT_FALSE(redis.exists("{r}:l"));
+  EXPECT_FALSE(redis.exists("fencerun:{r}:fence"));
+
+  // The limit itself works.
+  auto r = fence_redis(redis, rpush_args(7998));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "(integer) 7996\n");
+  EXPECT_EQ(redis.get("fencerun:{r}:fence"), "5");
+}
+
 TEST(FenceRedis, PasswordFromTheEnvironment) {
   RedisOptions o;
   o.password = "s3cret";

@@ -1,6 +1,7 @@
 // The pure parts of the fence guards: token parsing, argument parsing, the file guard's side record.
 #include <gtest/gtest.h>
 
+#include "config/config.hpp"
 #include "fence/fence.hpp"
 #include "fence/file_guard.hpp"
 #include "fence/redis_guard.hpp"
@@ -57,18 +58,66 @@ TEST(FenceArgs, File) {
 TEST(FenceArgs, RedisPassesCommandThroughUntouched) {
   auto a = parse_redis_args({"-r", "redis://h:1", "--timeout=5s", "--key-prefix", "p:", "--resource", "orders",
                              "--token", "9", "--", "SET", "k", "[%s]", "a,b", "--token", "1", "--"});
-  EXPECT_EQ(a.redis_url, "redis://h:1");
-  EXPECT_EQ(a.timeout, "5s");
-  EXPECT_EQ(a.key_prefix, "p:");
+  EXPECT_EQ(a.connection.redis_url, "redis://h:1");
+  EXPECT_EQ(a.connection.timeout, "5s");
+  EXPECT_EQ(a.connection.key_prefix, "p:");
   EXPECT_EQ(a.resource, "orders");
   EXPECT_EQ(a.token, "9");
   EXPECT_EQ(a.command, (std::vector<std::string>{"SET", "k", "[%s]", "a,b", "--token", "1", "--"}));
   a = parse_redis_args({"--resource=r", "GET", "-k"});  // CMD starts at the first non-option
   EXPECT_EQ(a.command, (std::vector<std::string>{"GET", "-k"}));
+  a = parse_redis_args({"--token", "3", "SET", "k", "--", "[a,b]"});  // a later `--` belongs to CMD
+  EXPECT_EQ(a.command, (std::vector<std::string>{"SET", "k", "--", "[a,b]"}));
+  EXPECT_EQ(a.token, "3");
   EXPECT_THROW(parse_redis_args({"--resource", "r"}), UsageError);
   EXPECT_THROW(parse_redis_args({"--resource", "r", "--"}), UsageError);
   EXPECT_THROW(parse_redis_args({"-x", "--", "PING"}), UsageError);
+  EXPECT_THROW(parse_redis_args({"--bogus", "1", "PING"}), UsageError);
+  EXPECT_THROW(parse_redis_args({"--token"}), UsageError);
   EXPECT_EQ(fence_key("fencerun:", "orders"), "fencerun:{orders}:fence");
+}
+
+// The connection options are those of run and status, validated by the same code.
+TEST(FenceArgs, RedisTakesTheConnectionOptionsOfRun) {
+  auto a = parse_redis_args({"--tls-ca-file", "/ca.pem", "--tls-cert=/c.pem", "--tls-key", "/k.pem",
+                             "--tls-server-name", "redis.internal", "--tls-insecure", "-r",
+                             "rediss+sentinel://s1:26379/mymaster", "-v", "--log-format", "json", "--", "PING"});
+  EXPECT_EQ(a.command, (std::vector<std::string>{"PING"}));
+  auto env = [](const char* name) -> std::optional<std::string> {
+    if (std::string_view(name) == "FENCERUN_SENTINEL_PASSWORD") return "sentinel-secret";
+    if (std::string_view(name) == "FENCERUN_REDIS_PASSWORD") return "redis-secret";
+    return std::nullopt;
+  };
+  config::CommonConfig c = config::make_common_config(a.connection, env);
+  EXPECT_EQ(c.endpoint.tls.ca_file, "/ca.pem");
+  EXPECT_EQ(c.endpoint.tls.cert_file, "/c.pem");
+  EXPECT_EQ(c.endpoint.tls.key_file, "/k.pem");
+  EXPECT_EQ(c.endpoint.tls.server_name, "redis.internal");
+  EXPECT_TRUE(c.endpoint.tls.insecure);
+  EXPECT_TRUE(c.endpoint.sentinel_tls);
+  EXPECT_EQ(c.endpoint.sentinel_password, "sentinel-secret");
+  EXPECT_EQ(c.endpoint.password, "redis-secret");
+  EXPECT_EQ(c.redacted_url.find("secret"), std::string::npos);
+  EXPECT_EQ(c.log_format, config::LogFormat::json);
+  EXPECT_EQ(c.log_level, config::LogLevel::info);
+
+  EXPECT_THROW(config::make_common_config(parse_redis_args({"--tls-key", "/k.pem", "PING"}).connection, env),
+               UsageError);
+}
+
+TEST(FenceArgs, RedisCommandHasAtMostTheScriptsArgumentLimit) {
+  std::vector<std::string> words(k_max_command_words + 1, "x");
+  std::vector<std::string_view> args = {"--"};
+  args.insert(args.end(), words.begin(), words.end());
+  try {
+    parse_redis_args(args);
+    ADD_FAILURE() << "no UsageError";
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(),
+                 "fence redis: CMD has 7999 words, at most 7998 fit in one fenced command (Lua's unpack limit in Redis)");
+  }
+  args.pop_back();
+  EXPECT_EQ(parse_redis_args(args).command.size(), k_max_command_words);
 }
 
 TEST(FenceSideRecord, ParseFormatAndTheEffectiveToken) {
