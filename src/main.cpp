@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <string_view>
 #include <hiredis/hiredis.h>
 
 #include "app/app.hpp"
@@ -78,7 +79,9 @@ int main(int argc, char** argv) {
     if (config.subcommand == config::Subcommand::acl) return app::acl(config);
     return app::run(config);
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "fencerun: %s (see fencerun --help)\n", e.what());
+    std::string_view message = e.what();
+    std::fprintf(stderr, "fencerun: %s%s\n", e.what(),
+                 message.find("--help") == std::string_view::npos ? " (see fencerun --help)" : "");
     return exit_code::k_usage;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fencerun: internal error: %s\n", e.what());

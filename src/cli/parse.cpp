@@ -44,53 +44,68 @@ void add_run_options(CLI::App& app, config::Options& o) {
 }  // namespace
 
 std::string help_text() {
-  return R"(Usage: fencerun [OPTIONS] NAME -- COMMAND [ARG...]
-       fencerun run [OPTIONS] NAME -- COMMAND [ARG...]
+  return R"(Usage: fencerun [OPTIONS] NAME [--] COMMAND [ARG...]
+       fencerun run [OPTIONS] NAME [--] COMMAND [ARG...]
        fencerun status [OPTIONS] NAME [--json]
        fencerun acl [--key-prefix STR] [--delex]
-       fencerun fence file|redis|sql ...      (resource-side guards, see fencerun(1))
+       fencerun fence file|redis|sql ...  (resource-side guards: fencerun(1))
        fencerun --version | --help
 
 Run COMMAND while holding the lease NAME in Redis, and give it a fencing token
 (FENCERUN_TOKEN) that the protected resource can check to reject stale writers.
-The lease is renewed in the background; if it cannot be renewed in time, the
-command's whole process group is stopped before the lease expires.
+The lease is renewed in the background; if it cannot be renewed in time, every
+process of the command is stopped before the lease expires. Options end at the
+first word after NAME (or at --): the rest is COMMAND and its arguments.
 
 Options:
-  -r, --redis URL              Redis to use: redis://[[user]:password@]host[:port][/db],
-                               rediss://... (TLS), unix:///path/to/redis.sock[?db=N],
-                               redis+sentinel://host:port[,host:port...]/MASTER[?db=N];
-                               a Redis Cluster node works as redis://
-                               (default: $FENCERUN_REDIS_URL, $REDIS_URL, redis://127.0.0.1:6379)
-  -t, --ttl DUR                lease length (default: 30s)
-      --renew DUR              renewal interval (default: ttl/3)
-      --grace DUR              time between the kill signal and SIGKILL (default: min(5s, ttl/6))
-      --kill-signal SIG        first signal sent to the command's process group when the lease
-                               is lost or runs short (default: TERM)
-  -w, --wait DUR               wait this long for a busy lock; 'inf' waits forever (default: 0)
-      --fair                   waiters acquire in the order they began waiting
-  -E, --conflict-exit-code N   exit code when the lock is busy or the wait ran out (default: 75)
-      --lease-lost-exit-code N exit code when the lease was lost and the command was stopped
-                               (default: 124)
-      --timeout DUR            bound on connecting and on each Redis request (default: 2s)
-      --key-prefix STR         prefix of every key fencerun writes (default: fencerun:)
-      --shell                  run COMMAND (one string) with /bin/sh -c
-      --metrics-file PATH      after the run, write a Prometheus textfile there (atomically)
-      --min-replicas N         count the lock as acquired only once N replicas confirm it (WAIT);
-                               otherwise release it and exit 69 (default: 0)
-      --replica-timeout DUR    how long to wait for those replicas (default: 1s)
-      --tls-ca-file FILE       CA certificates to verify the server with (default: system store)
-      --tls-cert FILE          client certificate (mutual TLS)
-      --tls-key FILE           key of the client certificate (default: in --tls-cert)
-      --tls-server-name NAME   name to verify in the server certificate (default: the host)
-      --tls-insecure           do not verify the server certificate (warns)
-  -v, --verbose                log lease events (repeat for debug)
-  -q, --quiet                  log errors only
-      --log-format FMT         text or json (default: text)
-      --json                   status: print JSON
-      --delex                  acl: also allow DELEX (Redis 8.4 and later)
-  -h, --help                   show this help and exit
-      --version                show the version and exit
+  -r, --redis URL          Redis to use: redis://[[user]:password@]host[:port]
+                           [/db], rediss://... (TLS), unix:///PATH[?db=N],
+                           redis+sentinel://host:port[,host:port...]/MASTER;
+                           a Redis Cluster node works as redis://
+                           (default: $FENCERUN_REDIS_URL, $REDIS_URL,
+                           redis://127.0.0.1:6379)
+  -t, --ttl DUR            lease length (default: 30s)
+      --renew DUR          renewal interval (default: ttl/3)
+      --grace DUR          time between the kill signal and SIGKILL
+                           (default: min(5s, ttl/6))
+      --kill-signal SIG    first signal sent to the command when the lease is
+                           lost or runs short (default: TERM)
+  -w, --wait DUR           wait this long for a busy lock; 'inf' waits forever
+                           (default: 0)
+      --fair               waiters acquire in the order they began waiting
+  -E, --conflict-exit-code N
+                           exit code when the lock is busy or the wait ran out
+                           (default: 75)
+      --lease-lost-exit-code N
+                           exit code when the lease was lost and the command was
+                           stopped (default: 124)
+      --timeout DUR        bound on connecting and on each Redis request
+                           (default: 2s)
+      --key-prefix STR     prefix of every key fencerun writes
+                           (default: fencerun:)
+      --shell              run COMMAND (one string) with /bin/sh -c
+      --metrics-file PATH  after the run, write a Prometheus textfile there
+      --min-replicas N     count the lock as acquired only once N replicas
+                           confirm it (WAIT); otherwise release it and exit 69
+                           (default: 0)
+      --replica-timeout DUR
+                           how long to wait for those replicas (default: 1s)
+      --tls-ca-file FILE   CA certificates to verify the server with
+                           (default: the system store)
+      --tls-cert FILE      client certificate (mutual TLS)
+      --tls-key FILE       key of the client certificate
+                           (default: in --tls-cert)
+      --tls-server-name NAME
+                           name to verify in the server certificate
+                           (default: the host)
+      --tls-insecure       do not verify the server certificate (warns)
+  -v, --verbose            log lease events (repeat for debug)
+  -q, --quiet              log errors only
+      --log-format FMT     text or json (default: text)
+      --json               status: print JSON
+      --delex              acl: also allow DELEX (Redis 8.4 and later)
+  -h, --help               show this help and exit
+      --version            show the version and exit
 
 Durations: an integer with ms, s, m or h (500ms, 30s, 5m); a bare integer is seconds.
 
@@ -105,12 +120,97 @@ See fencerun(1) for details.
 )";
 }
 
+namespace {
+
+// Every option of run and status, and whether it takes a value as the next word. The pre-scan below
+// needs to know which words are option values; the help test checks this table against --help.
+struct KnownOption {
+  std::string_view name;
+  bool takes_value;
+};
+constexpr KnownOption k_options[] = {
+    {"-r", true},          {"--redis", true},          {"--timeout", true},
+    {"--key-prefix", true}, {"-v", false},             {"--verbose", false},
+    {"-q", false},          {"--quiet", false},        {"--log-format", true},
+    {"--tls-ca-file", true}, {"--tls-cert", true},     {"--tls-key", true},
+    {"--tls-server-name", true}, {"--tls-insecure", false}, {"-t", true},
+    {"--ttl", true},        {"--renew", true},         {"--grace", true},
+    {"--kill-signal", true}, {"-w", true},             {"--wait", true},
+    {"--fair", false},      {"--metrics-file", true},  {"-E", true},
+    {"--conflict-exit-code", true}, {"--lease-lost-exit-code", true}, {"--shell", false},
+    {"--min-replicas", true}, {"--replica-timeout", true}, {"--json", false},
+    {"--delex", false},     {"-h", false},             {"--help", false},
+    {"--version", false},
+};
+
+const KnownOption* find_option(std::string_view name) {
+  for (const auto& o : k_options)
+    if (o.name == name) return &o;
+  return nullptr;
+}
+
+bool is_option_word(std::string_view a) { return a.size() > 1 && a[0] == '-'; }
+
+// Levenshtein distance, for "did you mean".
+std::size_t distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// One option word: known, or a usage error in the words of getopt ("unrecognized option").
+// Returns whether the next word is its value.
+bool check_option(std::string_view word) {
+  if (word.starts_with("--")) {
+    std::string_view name = word.substr(0, word.find('='));
+    const KnownOption* o = find_option(name);
+    if (!o) {
+      std::string message = "unrecognized option '" + std::string(name) + "'";
+      std::string_view best;
+      std::size_t best_distance = 3;
+      for (const auto& k : k_options) {
+        if (!k.name.starts_with("--")) continue;
+        std::size_t d = distance(name, k.name);
+        if (d < best_distance) best_distance = d, best = k.name;
+      }
+      if (!best.empty()) message += ", did you mean '" + std::string(best) + "'?";
+      throw UsageError(message);
+    }
+    return o->takes_value && name.size() == word.size();
+  }
+  // Short options: a cluster of flags (-vv), or one that takes a value, attached (-t5s) or next.
+  for (std::size_t i = 1; i < word.size(); ++i) {
+    std::string name = std::string("-") + word[i];
+    const KnownOption* o = find_option(name);
+    if (!o) throw UsageError("invalid option -- '" + std::string(1, word[i]) + "'");
+    if (o->takes_value) return i + 1 == word.size();
+  }
+  return false;
+}
+
+}  // namespace
+
 config::Options parse(int argc, const char* const* argv) {
   config::Options o;
-  // Split at the first `--` ourselves: CLI11 would re-interpret the command's arguments.
+  // Options end at the command, as with flock(1), timeout(1) and env(1): options (and their values)
+  // are read up to NAME and after it, until `--` or the first other word; that word and everything
+  // after it are the COMMAND, untouched. CLI11 sees only what comes before (it would re-interpret
+  // the command's arguments).
   std::vector<std::string> before;
   int i = 1;
   bool saw_separator = false;
+  bool first_word = true;
+  bool have_name = false;
+  bool other_subcommand = false;  // status, acl: no COMMAND, every word is theirs
   for (; i < argc; ++i) {
     std::string_view a = argv[i];
     if (a == "--") {
@@ -118,7 +218,25 @@ config::Options parse(int argc, const char* const* argv) {
       ++i;
       break;
     }
-    before.emplace_back(a);
+    if (is_option_word(a)) {
+      before.emplace_back(a);
+      if (!other_subcommand && check_option(a) && i + 1 < argc) before.emplace_back(argv[++i]);
+      continue;
+    }
+    if (first_word) {
+      first_word = false;
+      if (a == "status" || a == "acl") other_subcommand = true;
+      if (a == "status" || a == "acl" || a == "run") {
+        before.emplace_back(a);
+        continue;
+      }
+    }
+    if (other_subcommand || !have_name) {
+      have_name = !other_subcommand;
+      before.emplace_back(a);
+      continue;
+    }
+    break;  // the first word after NAME: the command starts here
   }
   for (; i < argc; ++i) o.command.emplace_back(argv[i]);
 
@@ -161,11 +279,15 @@ config::Options parse(int argc, const char* const* argv) {
     if (saw_separator) throw UsageError("acl takes no COMMAND");
   } else if (status->parsed()) {
     o.subcommand = config::Subcommand::status;
-    if (saw_separator) throw UsageError("status takes no COMMAND");
+    if (saw_separator)
+      throw UsageError("status takes no COMMAND (to run a command under a lock named 'status': "
+                       "fencerun run status -- COMMAND)");
   } else {
     o.subcommand = config::Subcommand::run;
-    if (!saw_separator && !o.lock_name.empty())
-      throw UsageError("missing COMMAND: put it after '--' (fencerun [OPTIONS] NAME -- COMMAND [ARG...])");
+    if (!saw_separator && o.command.empty() && !o.lock_name.empty()) {
+      if (o.lock_name == "help") throw UsageError("for help, run 'fencerun --help'");
+      throw UsageError("missing COMMAND (fencerun [OPTIONS] NAME [--] COMMAND [ARG...])");
+    }
   }
   return o;
 }

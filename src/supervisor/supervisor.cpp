@@ -157,7 +157,8 @@ void Supervisor::signal_job(int signo) {
     log::event(log::Level::warn, "signal_failed", "cannot signal the command's process group", m_context,
                {{"signal", signal_name(signo)}, {"error", std::strerror(errno)}});
   // The command itself may have left its group (setpgid, setsid); until it is reaped its pid is its own.
-  if (!m_exited) ::kill(m_pid, signo);
+  // Only then is it signalled apart, so that a handler does not run twice for one stop.
+  if (!m_exited && ::getpgid(m_pid) != m_pid) ::kill(m_pid, signo);
 }
 
 Outcome Supervisor::supervise(const LeaseWatch& lease) {
@@ -195,6 +196,8 @@ Outcome Supervisor::supervise(const LeaseWatch& lease) {
       if (state == State::running &&
           (lease.lost() || (WIFSIGNALED(m_status) && now >= m_policy.stop_at(lease.deadline()))))
         out.stopped_for_lease = true;
+      // The watchdog's SIGKILL at the kill point may land just before this loop's own.
+      if (state != State::running && WIFSIGNALED(m_status) && WTERMSIG(m_status) == SIGKILL) out.killed = true;
       break;
     }
     Deadline next = now + std::chrono::hours(24);

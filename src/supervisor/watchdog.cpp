@@ -52,7 +52,7 @@ void close_all_but(int keep_a, int keep_b) {
   auto hit = [&](int sig) {
     if (pid <= 0) return;
     ::kill(-pid, sig);
-    ::kill(pid, sig);  // the command may have left its group
+    if (::getpgid(pid) != pid) ::kill(pid, sig);  // the command left its group
     if (sig == SIGKILL && cgroup_kill_fd >= 0) [[maybe_unused]] auto n = ::write(cgroup_kill_fd, "1", 1);
   };
 

@@ -148,7 +148,8 @@ TEST(cli, parses_status) {
 }
 
 TEST(cli, rejects_a_command_for_status) {
-  EXPECT_EQ(usage_error({"status", "nightly", "--", "true"}), "status takes no COMMAND");
+  EXPECT_EQ(usage_error({"status", "nightly", "--", "true"}),
+            "status takes no COMMAND (to run a command under a lock named 'status': fencerun run status -- COMMAND)");
 }
 
 TEST(cli, parses_acl) {
@@ -177,10 +178,51 @@ TEST(cli, treats_help_after_the_separator_as_part_of_the_command) {
   EXPECT_EQ(o.command, (Args{"grep", "--help"}));
 }
 
-TEST(cli, rejects_a_missing_separator) {
-  EXPECT_NE(usage_error({"nightly", "true"}), "<no error>");
-  EXPECT_EQ(usage_error({"nightly"}),
-            "missing COMMAND: put it after '--' (fencerun [OPTIONS] NAME -- COMMAND [ARG...])");
+TEST(cli, ends_options_at_the_command_without_a_separator) {
+  // As flock(1), timeout(1) and env(1): the first word after NAME starts the command.
+  Options o = parse({"nightly", "true"});
+  EXPECT_EQ(o.lock_name, "nightly");
+  EXPECT_EQ(o.command, (Args{"true"}));
+  o = parse({"job", "ls", "-l", "/"});
+  EXPECT_EQ(o.command, (Args{"ls", "-l", "/"}));
+  // The command's own --version and --help are the command's, never fencerun's.
+  o = parse({"job", "mycmd", "--version"});
+  EXPECT_EQ(o.subcommand, Subcommand::run);
+  EXPECT_EQ(o.command, (Args{"mycmd", "--version"}));
+  o = parse({"job", "mycmd", "-h"});
+  EXPECT_EQ(o.command, (Args{"mycmd", "-h"}));
+  // Options between NAME and the command are still fencerun's; their values are skipped.
+  o = parse({"-w", "5s", "job", "--ttl", "10s", "backup", "--ttl", "1s"});
+  EXPECT_EQ(o.ttl, "10s");
+  EXPECT_EQ(o.wait, "5s");
+  EXPECT_EQ(o.command, (Args{"backup", "--ttl", "1s"}));
+  // A `--` still works, and a word after it that looks like an option is the command's.
+  o = parse({"job", "--", "--weird-name"});
+  EXPECT_EQ(o.command, (Args{"--weird-name"}));
+  o = parse({"run", "status", "true"});
+  EXPECT_EQ(o.lock_name, "status");
+  EXPECT_EQ(o.command, (Args{"true"}));
+}
+
+TEST(cli, rejects_a_missing_command) {
+  EXPECT_EQ(usage_error({"nightly"}), "missing COMMAND (fencerun [OPTIONS] NAME [--] COMMAND [ARG...])");
+  EXPECT_EQ(usage_error({"help"}), "for help, run 'fencerun --help'");
+  EXPECT_EQ(usage_error({"status", "--", "true"}),
+            "status takes no COMMAND (to run a command under a lock named 'status': fencerun run status -- COMMAND)");
+}
+
+TEST(cli, names_a_misspelt_option_and_suggests_the_closest) {
+  EXPECT_EQ(usage_error({"--wiat", "5s", "job", "true"}), "unrecognized option '--wiat', did you mean '--wait'?");
+  EXPECT_EQ(usage_error({"job", "--tll=5s", "true"}), "unrecognized option '--tll', did you mean '--ttl'?");
+  EXPECT_EQ(usage_error({"--frobnicate", "job", "true"}), "unrecognized option '--frobnicate'");
+  EXPECT_EQ(usage_error({"-Z", "job", "true"}), "invalid option -- 'Z'");
+}
+
+TEST(cli, takes_attached_and_clustered_short_options) {
+  Options o = parse({"-vv", "-t5s", "job", "true"});
+  EXPECT_EQ(o.verbosity, 2);
+  EXPECT_EQ(o.ttl, "5s");
+  EXPECT_EQ(o.command, (Args{"true"}));
 }
 
 TEST(cli, rejects_unknown_options_naming_them) {
