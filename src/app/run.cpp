@@ -221,7 +221,8 @@ int run_locked(const config::Config& c, RunReport& report) {
       log::event(log::Level::warn, "redis_retry", "cannot use Redis at " + c.common.redacted_url + ": " +
                                                       error.message + "; trying again while the wait lasts",
                  {{"lock", c.run.lock}, {"kind", redis::to_string(error.kind)},
-                  {"retry_in", config::format_duration(std::chrono::duration_cast<milliseconds>(wake - now))}});
+                  log::millis("retry_in", std::chrono::duration_cast<milliseconds>(wake - now),
+                              config::format_duration(std::chrono::duration_cast<milliseconds>(wake - now)))});
       subscriber.reset();
       subscribe_tried = false;
       bool woken = false;
@@ -240,11 +241,12 @@ int run_locked(const config::Config& c, RunReport& report) {
     now = BootClock::now();
     report.lock_wait = std::chrono::duration_cast<milliseconds>(now - began);
     if (wait_until && now >= *wait_until) {
-      std::string holder = busy.holder.pid ? "pid " + std::to_string(*busy.holder.pid) + " on " + busy.holder.host
-                                           : "another owner";
       log::event(log::Level::info, "busy", c.run.wait->count() == 0 ? "lock is busy" : "lock is still busy: wait ran out",
-                 {{"lock", c.run.lock}, {"holder", holder},
-                  {"ttl", busy.remaining ? config::format_duration(*busy.remaining) : "none"}});
+                 {{"lock", c.run.lock},
+                  {"holder_pid", busy.holder.pid ? std::to_string(*busy.holder.pid) : "unknown"},
+                  {"holder_host", busy.holder.host.empty() ? "unknown" : busy.holder.host},
+                  busy.remaining ? log::millis("ttl", *busy.remaining, config::format_duration(*busy.remaining))
+                                 : log::Field{"ttl", "none"}});
       leave_queue();
       return c.run.conflict_exit_code;
     }
@@ -280,7 +282,7 @@ int run_locked(const config::Config& c, RunReport& report) {
   // From here on the lease is released on every way out.
   HeldLease held(lease, acquired, owner, timeout, context);
   log::event(log::Level::info, "acquired", "acquired lock",
-             context, {{"ttl", config::format_duration(c.run.timing.ttl)}});
+             context, {log::millis("ttl", c.run.timing.ttl, config::format_duration(c.run.timing.ttl))});
   if (acquired.server_clock_behind) {
     // Only the counter kept this token above the last one: had it been lost, the clock would have
     // issued a smaller token, and guards would reject every holder until the clock caught up.
@@ -298,7 +300,7 @@ int run_locked(const config::Config& c, RunReport& report) {
     log::event(log::Level::error, "lease_short",
                "the lease ran short before the command could start (the acquire reply came too late); "
                "not starting it",
-               context, {{"past_stop_point", config::format_duration(late)}});
+               context, {log::millis("past_stop_point", late, config::format_duration(late))});
     held.release();
     report.lease_lost = true;
     return c.run.lease_lost_exit_code;
@@ -348,11 +350,11 @@ int run_locked(const config::Config& c, RunReport& report) {
     auto margin = std::chrono::duration_cast<milliseconds>(keeper.deadline() - *outcome.command_died_at);
     if (margin >= milliseconds::zero())
       log::event(log::Level::warn, "command_stopped", "the command was stopped before the lease deadline",
-                 context, {{"before_deadline", config::format_duration(margin)}});
+                 context, {log::millis("before_deadline", margin, config::format_duration(margin))});
     else
       log::event(log::Level::error, "command_stopped",
                  "the command was stopped, but only after the lease deadline: it may have run without the lease",
-                 context, {{"after_deadline", config::format_duration(-margin)}});
+                 context, {log::millis("after_deadline", -margin, config::format_duration(-margin))});
   }
   // The whole job is gone: release (the next waiter is waiting for it).
   auto released = held.release();

@@ -124,6 +124,10 @@ void write_event(Level level, std::string_view name, std::string_view message, s
     line = "{\"ts\":\"" + timestamp() + "\",\"level\":\"" + level_name(level) + "\",\"event\":\"" +
            json_escape(name) + "\",\"msg\":\"" + json_escape(message) + "\"";
     for (const auto& f : fields) {
+      if (f.millis) {
+        line += ",\"" + json_escape(f.key) + "_ms\":" + std::to_string(*f.millis);
+        continue;
+      }
       line += ",\"" + json_escape(f.key) + "\":";
       line += is_json_number(f.value) ? f.value : "\"" + json_escape(f.value) + "\"";
     }

@@ -3,7 +3,9 @@
 // human message and context fields. Text: `fencerun: acquired lock [lock: nightly, token: 41]`.
 // JSON (--log-format json): one object per line with ts, level, event, msg and the fields.
 // Thread-safe. spdlog stays inside log.cpp.
+#include <chrono>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -15,7 +17,13 @@ enum class Format { text, json };
 struct Field {
   std::string_view key;
   std::string value;
+  // A duration: the text shows `value` ("key: 1500ms"), JSON an integer "key_ms": 1500.
+  std::optional<long long> millis = std::nullopt;
 };
+
+inline Field millis(std::string_view key, std::chrono::milliseconds d, std::string text) {
+  return {key, std::move(text), d.count()};
+}
 
 // The lease an event belongs to: every lease event carries the lock name and token.
 struct Context {

@@ -7,6 +7,8 @@
     check_docs.py golden     FENCERUN SOURCE_DIR   `fencerun --help` equals tests/docs/help.golden
     check_docs.py complete   FENCERUN SOURCE_DIR   the bash and fish completions really offer every
                                                    option and subcommand (exit 77: skipped)
+    check_docs.py events     FENCERUN SOURCE_DIR   every log event the sources emit is listed in the
+                                                   man page's LOG EVENTS section, and nothing else is
 
 When the help text changes on purpose, regenerate the golden file from the build tree:
 
@@ -199,11 +201,44 @@ def check_complete(fencerun, src):
     print("completion checked with " + ", ".join(ran))
 
 
+def emitted_events(src):
+    """Event names passed to log::event() anywhere under src/."""
+    names = set()
+    for root, _, files in os.walk(os.path.join(src, "src")):
+        for f in files:
+            if not f.endswith(".cpp"):
+                continue
+            text = read(os.path.join(root, f))
+            for m in re.finditer(r"log::event\(", text):
+                name = re.search(r'"([a-z_]+)"', text[m.end():m.end() + 200])
+                if name:
+                    names.add(name.group(1))
+    return names
+
+
+def check_events(fencerun, src):
+    man = read(os.path.join(src, "man", "fencerun.1.adoc"))
+    section = re.search(r"^== LOG EVENTS\n(.*?)^== ", man, re.S | re.M)
+    if not section:
+        sys.exit("man/fencerun.1.adoc has no LOG EVENTS section")
+    listed = set(re.findall(r"^\*([a-z_]+)\* \(", section.group(1), re.M))
+    emitted = emitted_events(src)
+    if len(emitted) < 10:
+        sys.exit(f"found only {len(emitted)} events in src/: {sorted(emitted)}; is the scan right?")
+    problems = [f"event '{e}' is emitted but not listed under LOG EVENTS" for e in sorted(emitted - listed)]
+    problems += [f"event '{e}' is listed under LOG EVENTS but never emitted" for e in sorted(listed - emitted)]
+    if problems:
+        print("\n".join(problems), file=sys.stderr)
+        sys.exit(1)
+    print(f"{len(emitted)} events, all listed in the man page")
+
+
 def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in ("options", "golden", "complete"):
+    if len(sys.argv) != 4 or sys.argv[1] not in ("options", "golden", "complete", "events"):
         sys.exit(__doc__)
     mode, fencerun, src = sys.argv[1:]
-    {"options": check_options, "golden": check_golden, "complete": check_complete}[mode](fencerun, src)
+    {"options": check_options, "golden": check_golden, "complete": check_complete,
+     "events": check_events}[mode](fencerun, src)
 
 
 if __name__ == "__main__":

@@ -131,3 +131,21 @@ TEST(log_json, quotes_values_that_are_not_plain_numbers) {
   fl::init(fl::Level::warn, fl::Format::text);
   EXPECT_NE(line.find(R"("a":"007","b":"-1","c":"12345678901234567","d":"","e":0})"), std::string::npos) << line;
 }
+
+TEST(log_json, writes_durations_as_integer_milliseconds_under_an_ms_key) {
+  fl::init(fl::Level::info, fl::Format::json);
+  StderrCapture capture;
+  fl::event(fl::Level::info, "e", "m", {fl::millis("ttl", std::chrono::milliseconds(30'000), "30s")});
+  std::string line = capture.text();
+  fl::init(fl::Level::warn, fl::Format::text);
+  EXPECT_NE(line.find(R"("ttl_ms":30000})"), std::string::npos) << line;
+}
+
+TEST(log_text, writes_durations_as_given) {
+  fl::init(fl::Level::info, fl::Format::text);
+  StderrCapture capture;
+  fl::event(fl::Level::info, "e", "m", {fl::millis("ttl", std::chrono::milliseconds(1'500), "1500ms")});
+  std::string line = capture.text();
+  fl::init(fl::Level::warn, fl::Format::text);
+  EXPECT_EQ(line, "fencerun: m [ttl: 1500ms]\n");
+}
