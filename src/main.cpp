@@ -77,7 +77,9 @@ int main(int argc, char** argv) {
       log::event(log::Level::warn, "tls_insecure", "TLS certificate verification is disabled (--tls-insecure)");
     if (config.subcommand == config::Subcommand::status) return app::status(config);
     if (config.subcommand == config::Subcommand::acl) return app::acl(config);
-    return app::run(config);
+    app::Exit exit = app::run(config);
+    if (exit.signal) supervisor::die_by_signal(exit.signal);  // returns only if that signal is ignored
+    return exit.code;
   } catch (const UsageError& e) {
     std::string_view message = e.what();
     std::fprintf(stderr, "fencerun: %s%s\n", e.what(),

@@ -7,7 +7,13 @@
 
 namespace fencerun::app {
 
-int run(const config::Config& config);
+// How fencerun ends: with `code`, or, when `signal` is set, by that signal (as the command did, or
+// as the signal that ended the wait would have ended it), so that a calling shell sees it.
+struct Exit {
+  int code = 0;
+  int signal = 0;
+};
+Exit run(const config::Config& config);
 int status(const config::Config& config);
 int acl(const config::Config& config);
 

@@ -1,6 +1,7 @@
 // Acquire (waiting if asked), run the command under the lease, release. The order of steps matters:
 // the signal mask is set before any thread or child exists, the watchdog and the command are forked
 // before the renewal thread starts, and the lock is released only after the whole process group is gone.
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -82,16 +83,18 @@ void log_unavailable(const config::Config& c, const redis::Error& e) {
              {{"lock", c.run.lock}, {"kind", redis::to_string(e.kind)}});
 }
 
-int run_locked(const config::Config& c, RunReport& report);
+Exit run_locked(const config::Config& c, RunReport& report);
+
+Exit by_signal(int signo) { return {exit_code_for_signal(signo), signo}; }
 
 }  // namespace
 
-int run(const config::Config& c) {
+Exit run(const config::Config& c) {
   RunReport report;
   report.lock = c.run.lock;
   report.started = std::chrono::system_clock::now();
-  int code = run_locked(c, report);
-  report.exit_code = code;
+  Exit code = run_locked(c, report);
+  report.exit_code = code.code;
   report.ended = std::chrono::system_clock::now();
   if (c.metrics_file) {
     if (auto err = write_metrics_file(*c.metrics_file, report))
@@ -159,7 +162,7 @@ milliseconds reconnect_pause(int failures, std::mt19937& rng) {
   return milliseconds(jitter(rng));
 }
 
-int run_locked(const config::Config& c, RunReport& report) {
+Exit run_locked(const config::Config& c, RunReport& report) {
   const Deadline began = BootClock::now();
   supervisor::SignalChannel signals;  // before any thread or child exists
   redis::Client client(c.common.endpoint);
@@ -213,7 +216,7 @@ int run_locked(const config::Config& c, RunReport& report) {
       if (!retryable || !wait_until || now >= *wait_until) {
         log_unavailable(c, error);
         leave_queue();
-        return exit_code::k_unavailable;
+        return {exit_code::k_unavailable};
       }
       // Waiting: a restart or a failover of the server is not the end of the wait.
       ++connection_failures;
@@ -226,7 +229,7 @@ int run_locked(const config::Config& c, RunReport& report) {
       subscriber.reset();
       subscribe_tried = false;
       bool woken = false;
-      if (auto sig = pause_until(wake, -1, woken)) return exit_code_for_signal(*sig);
+      if (auto sig = pause_until(wake, -1, woken)) return by_signal(*sig);
       continue;
     }
     if (connection_failures > 0) {
@@ -248,7 +251,7 @@ int run_locked(const config::Config& c, RunReport& report) {
                   busy.remaining ? log::millis("ttl", *busy.remaining, config::format_duration(*busy.remaining))
                                  : log::Field{"ttl", "none"}});
       leave_queue();
-      return c.run.conflict_exit_code;
+      return {c.run.conflict_exit_code};
     }
     if (!subscribe_tried) {
       subscribe_tried = true;
@@ -266,7 +269,7 @@ int run_locked(const config::Config& c, RunReport& report) {
     bool woken = false;
     int fd = subscriber ? subscriber->wake_fd() : -1;
     if (!(subscriber && subscriber->has_buffered_messages())) {
-      if (auto sig = pause_until(wake, fd, woken)) return exit_code_for_signal(*sig);
+      if (auto sig = pause_until(wake, fd, woken)) return by_signal(*sig);
     }
     if (subscriber && (woken || subscriber->has_buffered_messages())) {
       if (auto n = subscriber->drain_messages(); !n) subscriber.reset();  // fall back to polling
@@ -303,7 +306,7 @@ int run_locked(const config::Config& c, RunReport& report) {
                context, {log::millis("past_stop_point", late, config::format_duration(late))});
     held.release();
     report.lease_lost = true;
-    return c.run.lease_lost_exit_code;
+    return Exit{c.run.lease_lost_exit_code};
   };
 
   if (c.run.min_replicas > 0 && acquired.replicas_acked.value_or(0) < c.run.min_replicas) {
@@ -313,7 +316,7 @@ int run_locked(const config::Config& c, RunReport& report) {
                    config::format_duration(c.run.replica_timeout) + "; releasing it",
                context);
     held.release();
-    return exit_code::k_unavailable;
+    return {exit_code::k_unavailable};
   }
 
   // A signal that ends the wait may have arrived while the acquire request was in flight: honour it
@@ -322,7 +325,7 @@ int run_locked(const config::Config& c, RunReport& report) {
     log::event(log::Level::info, "interrupted", "stopped before starting the command", context,
                {{"signal", supervisor::signal_name(*sig)}});
     held.release();
-    return exit_code_for_signal(*sig);
+    return by_signal(*sig);
   }
   // Never start a command whose lease may already be over on the server.
   if (BootClock::now() >= schedule.stop_at(deadline)) return ran_short();
@@ -335,7 +338,7 @@ int run_locked(const config::Config& c, RunReport& report) {
     if (pid.error().too_late) return ran_short();
     log::event(log::Level::error, "exec_failed", pid.error().message, context);
     held.release();
-    return pid.error().exit_code;
+    return {pid.error().exit_code};
   }
   log::event(log::Level::debug, "started", "started the command", context,
              {{"pid", std::to_string(*pid)}, {"containment", sup.containment()}});
@@ -361,7 +364,7 @@ int run_locked(const config::Config& c, RunReport& report) {
   report.renewals = keeper.stats().renewals;
   report.renew_failures = keeper.stats().failures;
   report.lease_lost = outcome.stopped_for_lease;
-  if (outcome.stopped_for_lease) return c.run.lease_lost_exit_code;
+  if (outcome.stopped_for_lease) return {c.run.lease_lost_exit_code};
   if (released == HeldLease::Released::not_ours) {
     // Between the last renewal and the command's own exit the lock was deleted, expired or taken:
     // mutual exclusion may have been broken during the run, and the caller must hear of it.
@@ -370,9 +373,11 @@ int run_locked(const config::Config& c, RunReport& report) {
                "release): exclusion may have been broken",
                context, {{"command_status", std::to_string(exit_code_from_wait_status(outcome.wait_status))}});
     report.lease_lost = true;
-    return c.run.lease_lost_exit_code;
+    return {c.run.lease_lost_exit_code};
   }
-  return exit_code_from_wait_status(outcome.wait_status);
+  // Killed by a signal of its own (Ctrl-C, OOM, ...): end the same way, as timeout(1) does.
+  if (WIFSIGNALED(outcome.wait_status)) return by_signal(WTERMSIG(outcome.wait_status));
+  return {exit_code_from_wait_status(outcome.wait_status)};
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "supervisor/cgroup.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -51,6 +52,31 @@ std::optional<std::string> own_cgroup() {
 
 }  // namespace
 
+void signal_cgroup_members(int procs_fd, int signo) {
+  // Async-signal-safe (the watchdog calls it too): no allocation, a fixed buffer read in pieces.
+  char buf[4096];
+  off_t offset = 0;
+  long pid = 0;
+  bool in_number = false;
+  for (;;) {
+    ssize_t n = ::pread(procs_fd, buf, sizeof buf, offset);
+    if (n <= 0) break;
+    offset += n;
+    for (ssize_t i = 0; i < n; ++i) {
+      char c = buf[i];
+      if (c >= '0' && c <= '9') {
+        pid = pid * 10 + (c - '0');
+        in_number = true;
+      } else {
+        if (in_number && pid > 0) ::kill(static_cast<pid_t>(pid), signo);
+        pid = 0;
+        in_number = false;
+      }
+    }
+  }
+  if (in_number && pid > 0) ::kill(static_cast<pid_t>(pid), signo);
+}
+
 std::optional<JobCgroup> JobCgroup::create(std::string& why_not) {
   if (const char* mode = std::getenv("FENCERUN_CGROUP"); mode && std::string_view(mode) == "off") {
     why_not = "FENCERUN_CGROUP=off";
@@ -73,7 +99,8 @@ std::optional<JobCgroup> JobCgroup::create(std::string& why_not) {
   cg.m_procs.reset(::open((cg.m_path + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
   cg.m_kill.reset(::open((cg.m_path + "/cgroup.kill").c_str(), O_WRONLY | O_CLOEXEC));
   cg.m_events.reset(::open((cg.m_path + "/cgroup.events").c_str(), O_RDONLY | O_CLOEXEC));
-  if (!cg.m_procs || !cg.m_kill || !cg.m_events) {
+  cg.m_procs_read.reset(::open((cg.m_path + "/cgroup.procs").c_str(), O_RDONLY | O_CLOEXEC));
+  if (!cg.m_procs || !cg.m_kill || !cg.m_events || !cg.m_procs_read) {
     why_not = std::string(cg.m_kill ? "cannot open the new cgroup's files" : "no cgroup.kill (Linux 5.14 or later)");
     return std::nullopt;  // the destructor removes the directory
   }
@@ -85,7 +112,8 @@ JobCgroup::JobCgroup(JobCgroup&& other) noexcept
       m_relative(std::exchange(other.m_relative, {})),
       m_procs(std::move(other.m_procs)),
       m_kill(std::move(other.m_kill)),
-      m_events(std::move(other.m_events)) {}
+      m_events(std::move(other.m_events)),
+      m_procs_read(std::move(other.m_procs_read)) {}
 
 JobCgroup::~JobCgroup() {
   if (m_path.empty()) return;
@@ -97,6 +125,7 @@ JobCgroup::~JobCgroup() {
   m_procs.reset();
   m_kill.reset();
   m_events.reset();
+  m_procs_read.reset();
   ::rmdir(m_path.c_str());
 }
 
@@ -111,6 +140,11 @@ bool JobCgroup::populated() const {
 
 void JobCgroup::kill() const {
   if (m_kill) [[maybe_unused]] auto n = ::write(m_kill.get(), "1", 1);
+}
+
+void JobCgroup::signal_all(int signo) const {
+  if (!m_procs_read) return;
+  signal_cgroup_members(m_procs_read.get(), signo);
 }
 
 bool JobCgroup::contains(pid_t pid) const {

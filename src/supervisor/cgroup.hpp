@@ -12,6 +12,9 @@
 
 namespace fencerun::supervisor {
 
+// `signo` to every pid listed in the open cgroup.procs file `procs_fd`. Async-signal-safe.
+void signal_cgroup_members(int procs_fd, int signo);
+
 class JobCgroup {
  public:
   // Makes the cgroup, or returns nullopt with the reason in `why_not` (disabled by
@@ -30,6 +33,10 @@ class JobCgroup {
   bool populated() const;
   // SIGKILL to every process in the cgroup.
   void kill() const;
+  // `signo` to every process in the cgroup now (read from cgroup.procs).
+  void signal_all(int signo) const;
+  // cgroup.procs open for reading (pread from 0), for the watchdog.
+  int procs_read_fd() const { return m_procs_read.get(); }
   // Whether `pid` is in this cgroup (read from /proc/PID/cgroup).
   bool contains(pid_t pid) const;
 
@@ -37,7 +44,7 @@ class JobCgroup {
   JobCgroup() = default;
   std::string m_path;      // absolute path in the mounted hierarchy
   std::string m_relative;  // as /proc/PID/cgroup shows it
-  UniqueFd m_procs, m_kill, m_events;
+  UniqueFd m_procs, m_kill, m_events, m_procs_read;
 };
 
 }  // namespace fencerun::supervisor

@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
@@ -102,6 +103,24 @@ namespace {
 bool g_sigchld_ignored = false;
 }  // namespace
 
+void die_by_signal(int signo) {
+  // As timeout(1) does: end the way the command ended, so that a calling shell sees the signal (a
+  // script stops on Ctrl-C), without leaving a core file of fencerun's own.
+  rlimit no_core{0, 0};
+  ::setrlimit(RLIMIT_CORE, &no_core);
+  struct sigaction old {};
+  if (::sigaction(signo, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) return;  // inherited: keep it
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  ::sigaction(signo, &dfl, nullptr);
+  sigset_t only;
+  sigemptyset(&only);
+  sigaddset(&only, signo);
+  ::raise(signo);
+  ::pthread_sigmask(SIG_UNBLOCK, &only, nullptr);
+}
+
 bool sigchld_was_ignored() { return g_sigchld_ignored; }
 
 bool reset_inherited_dispositions() {
@@ -133,14 +152,20 @@ SignalChannel::SignalChannel() {
 
 SignalChannel::~SignalChannel() { ::pthread_sigmask(SIG_SETMASK, &m_original, nullptr); }
 
-std::optional<int> SignalChannel::read_one() {
+std::optional<SignalChannel::Received> SignalChannel::read_one_received() {
   signalfd_siginfo info{};
   for (;;) {
     ssize_t n = ::read(m_fd.get(), &info, sizeof info);
-    if (n == static_cast<ssize_t>(sizeof info)) return static_cast<int>(info.ssi_signo);
+    if (n == static_cast<ssize_t>(sizeof info))
+      return Received{static_cast<int>(info.ssi_signo), info.ssi_code == SI_KERNEL};
     if (n < 0 && errno == EINTR) continue;
     return std::nullopt;
   }
+}
+
+std::optional<int> SignalChannel::read_one() {
+  if (auto r = read_one_received()) return r->signo;
+  return std::nullopt;
 }
 
 std::optional<int> SignalChannel::pending_terminating() {

@@ -24,6 +24,7 @@ struct ChildSetup : bp::extend::handler {
   char** envp;
   const sigset_t* mask;
   int tty_fd;
+  bool own_group;
   pid_t parent;
   int cgroup_procs_fd;
   int watchdog_fd;
@@ -33,8 +34,10 @@ struct ChildSetup : bp::extend::handler {
 
   template <class Executor>
   void on_exec_setup(Executor& e) const {
-    ::setpgid(0, 0);
-    if (tty_fd >= 0) ::tcsetpgrp(tty_fd, ::getpid());  // SIGTTOU is still blocked here
+    if (own_group) {
+      ::setpgid(0, 0);
+      if (tty_fd >= 0) ::tcsetpgrp(tty_fd, ::getpid());  // SIGTTOU is still blocked here
+    }
     // If fencerun dies, so does the command; a watchdog takes care of the rest of the group.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::raise(SIGKILL);  // fencerun died before prctl took effect
@@ -130,6 +133,7 @@ std::expected<pid_t, SpawnError> spawn(const SpawnRequest& request) {
   setup.envp = envp.data();
   setup.mask = &request.mask;
   setup.tty_fd = request.tty_fd;
+  setup.own_group = request.own_group;
   setup.parent = ::getpid();
   setup.cgroup_procs_fd = request.cgroup_procs_fd;
   setup.watchdog_fd = request.watchdog_fd;
@@ -148,8 +152,10 @@ std::expected<pid_t, SpawnError> spawn(const SpawnRequest& request) {
   pid_t pid = child.id();
   child.detach();  // fencerun reaps it itself
   // Both sides set the group and the terminal, so neither order of scheduling leaves a window.
-  ::setpgid(pid, pid);
-  if (request.tty_fd >= 0) ::tcsetpgrp(request.tty_fd, pid);
+  if (request.own_group) {
+    ::setpgid(pid, pid);
+    if (request.tty_fd >= 0) ::tcsetpgrp(request.tty_fd, pid);
+  }
   return pid;
 }
 

@@ -21,6 +21,7 @@ struct SpawnRequest {
   std::vector<std::string> env;   // "KEY=VALUE" entries, the complete environment
   sigset_t mask{};                // signal mask for the child
   int tty_fd = -1;                // >= 0: make the child's group the foreground group of this terminal
+  bool own_group = true;          // false: the child stays in fencerun's process group (tty_fd unused)
   int cgroup_procs_fd = -1;       // >= 0: the child moves itself into this cgroup before exec
   int watchdog_fd = -1;           // >= 0: the child sends `guard` (with its own pid) here before exec,
   WatchMessage guard{};           //   so the watchdog guards it before the command can run
@@ -34,7 +35,7 @@ struct SpawnError {
   bool too_late = false;  // exec_before had passed: the command was never started
 };
 
-// Starts the command; its pid is also its process group id.
+// Starts the command; with own_group its pid is also its process group id.
 std::expected<pid_t, SpawnError> spawn(const SpawnRequest& request);
 
 // The PATH search of execvp(3), done in the parent so the error is known before fork.

@@ -75,7 +75,8 @@ void Supervisor::drop_watchdog(bool disarm) {
 }
 
 std::string Supervisor::containment() const {
-  return m_cgroup ? "cgroup " + m_cgroup->path() : std::string("process group");
+  if (!m_cgroup) return "process group";
+  return (m_foreground ? "cgroup (terminal foreground, shared process group) " : "cgroup ") + m_cgroup->path();
 }
 
 std::expected<pid_t, SpawnError> Supervisor::start(std::vector<std::string> argv, std::vector<std::string> env,
@@ -87,15 +88,23 @@ std::expected<pid_t, SpawnError> Supervisor::start(std::vector<std::string> argv
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   std::string why_not;
   if (auto cg = JobCgroup::create(why_not)) m_cgroup.emplace(std::move(*cg));
+  // A terminal's foreground job: with a cgroup to hold the job, the command stays in fencerun's
+  // process group, so the terminal treats fencerun, the command and the rest of the caller's job
+  // (a pipeline, the calling script) as one, as it would without fencerun.
+  const int tty = foreground_tty();
+  m_foreground = tty >= 0 && m_cgroup.has_value();
+  m_tty = m_foreground ? -1 : tty;
   // The watchdog is forked while fencerun has a single thread; it knows the job before the job runs.
   auto slack = std::min<std::chrono::milliseconds>(m_policy.grace / 4, std::chrono::milliseconds(20));
-  m_watchdog.emplace(m_policy.kill_signal, m_cgroup ? m_cgroup->kill_fd() : -1, slack);
-  m_tty = foreground_tty();
+  WatchdogTargets targets{!m_foreground, m_cgroup ? m_cgroup->kill_fd() : -1,
+                          m_cgroup ? m_cgroup->procs_read_fd() : -1};
+  m_watchdog.emplace(m_policy.kill_signal, targets, slack);
   SpawnRequest request;
   request.argv = std::move(argv);
   request.env = std::move(env);
   request.mask = m_signals.original_mask();
   request.tty_fd = m_tty;
+  request.own_group = !m_foreground;
   request.cgroup_procs_fd = m_cgroup ? m_cgroup->procs_fd() : -1;
   request.watchdog_fd = m_watchdog->fd();
   request.guard = Watchdog::guard_message(0, stop_at, m_policy.kill_at(deadline));
@@ -112,6 +121,17 @@ std::expected<pid_t, SpawnError> Supervisor::start(std::vector<std::string> argv
   }
   m_pid = *pid;
   if (m_cgroup && !m_cgroup->contains(m_pid) && !m_cgroup->populated()) {
+    if (m_foreground) {
+      // Sharing fencerun's group, the command could be stopped through nothing else: end it now.
+      ::kill(m_pid, SIGKILL);
+      int status = 0;
+      ::waitpid(m_pid, &status, 0);
+      m_pid = -1;
+      drop_watchdog(true);
+      std::string path = m_cgroup->path();
+      m_cgroup.reset();
+      return std::unexpected(SpawnError{126, "the command could not join its cgroup " + path});
+    }
     why_not = "the command could not join " + m_cgroup->path();
     m_cgroup.reset();
   }
@@ -121,6 +141,14 @@ std::expected<pid_t, SpawnError> Supervisor::start(std::vector<std::string> argv
                             "): a process that leaves the group escapes",
              m_context, {{"containment", containment()}});
   return pid;
+}
+
+void Supervisor::stop_with_the_job() {
+  // While fencerun is stopped nothing renews the lease: the watchdog still stops the job at the stop
+  // point, so a job stopped for longer than its lease is ended (exit 124) rather than resumed.
+  log::event(log::Level::info, "suspended", "the job was stopped (job control); stopping with it", m_context);
+  ::raise(SIGSTOP);
+  log::event(log::Level::info, "resumed", "continued", m_context);
 }
 
 void Supervisor::lease_renewed(Deadline deadline) {
@@ -147,12 +175,18 @@ void Supervisor::reap() {
 
 bool Supervisor::job_alive() const {
   if (m_cgroup && m_cgroup->populated()) return true;
+  if (m_foreground) return false;  // the job is its cgroup; fencerun's own group is the caller's
   return ::kill(-m_pid, 0) == 0 || errno == EPERM;
 }
 
 void Supervisor::signal_job(int signo) {
   if (m_pid <= 0) return;
   if (signo == SIGKILL && m_cgroup) m_cgroup->kill();
+  if (m_foreground) {
+    // Never the process group: it is fencerun's own and the caller's.
+    if (signo != SIGKILL) m_cgroup->signal_all(signo);
+    return;
+  }
   if (::kill(-m_pid, signo) != 0 && errno != ESRCH)
     log::event(log::Level::warn, "signal_failed", "cannot signal the command's process group", m_context,
                {{"signal", signal_name(signo)}, {"error", std::strerror(errno)}});
@@ -233,11 +267,19 @@ Outcome Supervisor::supervise(const LeaseWatch& lease) {
     if (n < 0 && errno != EINTR) throw std::system_error(errno, std::generic_category(), "poll");
     if (fds[1].revents) drain(timer.get());
     if (lease.wake_fd >= 0 && fds[2].revents) drain(lease.wake_fd);
-    while (auto sig = m_signals.read_one()) {
-      if (!is_forwarded(*sig)) continue;  // SIGCHLD: reaped at the top of the loop
+    while (auto received = m_signals.read_one_received()) {
+      const int sig = received->signo;
+      if (!is_forwarded(sig)) continue;  // SIGCHLD: reaped at the top of the loop
+      if (m_foreground && received->from_terminal) {
+        // The terminal sent it to its whole foreground group: the job has it already. Ctrl-Z: stop
+        // with the job, so that the shell sees the whole job stopped and gets its prompt back.
+        if (sig == SIGTSTP) stop_with_the_job();
+        continue;
+      }
       log::event(log::Level::info, "forwarded", "forwarding signal to the command", m_context,
-                 {{"signal", signal_name(*sig)}});
-      signal_job(*sig);
+                 {{"signal", signal_name(sig)}});
+      signal_job(sig);
+      if (m_foreground && sig == SIGTSTP) stop_with_the_job();
     }
   }
   // Every process of the job is gone: the watchdog has nothing left to guard.

@@ -71,6 +71,7 @@ class Supervisor {
   void signal_job(int signo);
   void kill_now_and_wait();
   void drop_watchdog(bool disarm);
+  void stop_with_the_job();
 
   SignalChannel& m_signals;
   StopPolicy m_policy;
@@ -79,6 +80,7 @@ class Supervisor {
   std::optional<Watchdog> m_watchdog;  // guarded by m_watchdog_mutex (renewals reach it from another thread)
   mutable std::mutex m_watchdog_mutex;
   bool m_gone = false;  // every process of the job was seen gone
+  bool m_foreground = false;  // a terminal's foreground job sharing fencerun's group (needs the cgroup)
   pid_t m_pid = -1;
   int m_tty = -1;
   bool m_exited = false;

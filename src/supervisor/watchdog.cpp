@@ -8,6 +8,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iterator>
+
+#include "supervisor/cgroup.hpp"
 #include <cerrno>
 #include <system_error>
 
@@ -17,27 +20,31 @@ namespace {
 std::int64_t boot_ns() { return BootClock::now().time_since_epoch().count(); }
 std::int64_t to_ns(Deadline d) { return d.time_since_epoch().count(); }
 
-// Closes every descriptor but `keep_a` and `keep_b` (either may be -1) from 3 on.
-void close_all_but(int keep_a, int keep_b) {
-  int lo = std::min(keep_a, keep_b), hi = std::max(keep_a, keep_b);
+// Closes every descriptor from 3 on but those in `keep` (entries may be -1).
+template <std::size_t N>
+void close_all_but(int (&keep)[N]) {
+  std::sort(std::begin(keep), std::end(keep));
   unsigned from = 3;
-  for (int keep : {lo, hi}) {
-    if (keep < 0 || static_cast<unsigned>(keep) < from) continue;
-    if (static_cast<unsigned>(keep) > from) ::close_range(from, static_cast<unsigned>(keep) - 1, 0);
-    from = static_cast<unsigned>(keep) + 1;
+  for (int k : keep) {
+    if (k < 0 || static_cast<unsigned>(k) < from) continue;
+    if (static_cast<unsigned>(k) > from) ::close_range(from, static_cast<unsigned>(k) - 1, 0);
+    from = static_cast<unsigned>(k) + 1;
   }
   ::close_range(from, ~0U, 0);
 }
 
 // Only async-signal-safe calls from here on: the parent may have been multi-threaded at fork.
-[[noreturn]] void watchdog_main(int read_fd, int cgroup_kill_fd, int kill_signal, std::int64_t slack_ns) {
+[[noreturn]] void watchdog_main(int read_fd, const WatchdogTargets& targets, int kill_signal, std::int64_t slack_ns) {
+  const int cgroup_kill_fd = targets.cgroup_kill_fd;
+  const int cgroup_procs_fd = targets.cgroup_procs_fd;
   sigset_t all;
   sigfillset(&all);
   ::sigprocmask(SIG_SETMASK, &all, nullptr);
   // Its own group: a kill or a stop aimed at fencerun's group must not take the watchdog with it.
   ::setpgid(0, 0);
   ::prctl(PR_SET_NAME, "fencerun-watch");
-  close_all_but(read_fd, cgroup_kill_fd);
+  int keep[] = {read_fd, cgroup_kill_fd, cgroup_procs_fd};
+  close_all_but(keep);
   int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
   if (devnull >= 0) {
     for (int fd = 0; fd <= 2; ++fd) ::dup2(devnull, fd);
@@ -51,8 +58,14 @@ void close_all_but(int keep_a, int keep_b) {
   bool parent_stopping = false, sent_stop = false, sent_kill = false;
   auto hit = [&](int sig) {
     if (pid <= 0) return;
-    ::kill(-pid, sig);
-    if (::getpgid(pid) != pid) ::kill(pid, sig);  // the command left its group
+    if (targets.own_group) {
+      ::kill(-pid, sig);
+      if (::getpgid(pid) != pid) ::kill(pid, sig);  // the command left its group
+    } else {
+      // The job shares fencerun's (the caller's) process group: signal its cgroup's members only.
+      if (cgroup_procs_fd >= 0) signal_cgroup_members(cgroup_procs_fd, sig);
+      ::kill(pid, sig);
+    }
     if (sig == SIGKILL && cgroup_kill_fd >= 0) [[maybe_unused]] auto n = ::write(cgroup_kill_fd, "1", 1);
   };
 
@@ -114,7 +127,7 @@ void close_all_but(int keep_a, int keep_b) {
 
 }  // namespace
 
-Watchdog::Watchdog(int kill_signal, int cgroup_kill_fd, std::chrono::milliseconds slack) {
+Watchdog::Watchdog(int kill_signal, WatchdogTargets targets, std::chrono::milliseconds slack) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category(), "pipe2");
   UniqueFd read_end(fds[0]);
@@ -125,7 +138,7 @@ Watchdog::Watchdog(int kill_signal, int cgroup_kill_fd, std::chrono::millisecond
   m_pid = ::fork();
   if (m_pid < 0) throw std::system_error(errno, std::generic_category(), "fork");
   if (m_pid == 0)
-    watchdog_main(read_end.get(), cgroup_kill_fd, kill_signal,
+    watchdog_main(read_end.get(), targets, kill_signal,
                   std::chrono::duration_cast<std::chrono::nanoseconds>(slack).count());
 }
 

@@ -27,12 +27,19 @@ struct WatchMessage {
   std::int64_t kill_ns = 0;
 };
 
+// What the watchdog signals: the job's process group (and pid), or, when the job shares fencerun's
+// process group (a terminal's foreground job), the members of its cgroup; and the cgroup's kill file.
+struct WatchdogTargets {
+  bool own_group = true;
+  int cgroup_kill_fd = -1;   // open cgroup.kill, written at the kill point
+  int cgroup_procs_fd = -1;  // open cgroup.procs (read), without own_group
+};
+
 class Watchdog {
  public:
-  // Forks the watchdog. `kill_signal` is sent at the stop point, SIGKILL at the kill point;
-  // `cgroup_kill_fd` (>= 0: an open cgroup.kill file) is written at the kill point too. Throws
-  // std::system_error when it cannot fork.
-  explicit Watchdog(int kill_signal = 15, int cgroup_kill_fd = -1,
+  // Forks the watchdog. `kill_signal` is sent at the stop point, SIGKILL at the kill point.
+  // Throws std::system_error when it cannot fork.
+  explicit Watchdog(int kill_signal = 15, WatchdogTargets targets = {},
                     std::chrono::milliseconds slack = std::chrono::milliseconds(20));
   // Without disarm(): the watchdog SIGKILLs the job (this is what an exception unwinding past a
   // running job relies on).
