@@ -262,8 +262,10 @@ TEST(make_config, rejects_a_grace_too_large_naming_the_option) {
             "below the ttl (with --renew 10s, at most 19597ms)");
   o.grace = "-1s";
   EXPECT_EQ(usage_error(o), "--grace: must not be negative, got -1s");
-  o.grace = "1.5s";
-  EXPECT_EQ(usage_error(o), "--grace: '1.5s' has an unknown unit '.5s' (use ms, s, m or h)");
+  o.grace = "1.5ms";
+  EXPECT_EQ(usage_error(o), "--grace: '1.5ms' is not a whole number of milliseconds");
+  o.grace = "-0.5s";
+  EXPECT_EQ(usage_error(o), "--grace: must not be negative, got -500ms");
 }
 
 TEST(make_config, accepts_renew_a_third_and_grace_a_sixth_of_the_ttl) {
@@ -316,6 +318,49 @@ TEST(make_config, rejects_a_negative_or_bad_wait) {
   EXPECT_EQ(usage_error(o), "--wait: must not be negative, got -1s");
   o.wait = "soon";
   EXPECT_EQ(usage_error(o), "--wait: 'soon' is not a duration (expected e.g. 500ms, 30s, 5m, 1h)");
+}
+
+TEST(make_config, waits_a_fraction_of_a_second_as_flock_does) {
+  Options o = run_options();
+  o.wait = "0.5";
+  EXPECT_EQ(configure(o).run.wait, milliseconds(500));
+  o.wait = "1m30s";
+  EXPECT_EQ(configure(o).run.wait, milliseconds(90'000));
+}
+
+TEST(make_config, reads_fractions_and_compounds_in_every_duration_option) {
+  Options o = run_options();
+  o.ttl = "1m30s";
+  o.renew = "20.5s";
+  o.grace = "1s500ms";
+  o.timeout = "0.25";
+  o.replica_timeout = "0.75s";
+  Config c = configure(o);
+  EXPECT_EQ(c.run.timing.ttl, milliseconds(90'000));
+  EXPECT_EQ(c.run.timing.renew, milliseconds(20'500));
+  EXPECT_EQ(c.run.timing.grace, milliseconds(1'500));
+  EXPECT_EQ(c.common.timeout, milliseconds(250));
+  EXPECT_EQ(c.run.replica_timeout, milliseconds(750));
+}
+
+TEST(make_config, rejects_a_bad_fraction_or_compound_naming_the_option) {
+  Options o = run_options();
+  o.ttl = "1s2m";
+  EXPECT_EQ(usage_error(o), "--ttl: '1s2m' has its units out of order (largest first, as in 1h30m, 2m30s, 1s500ms)");
+  o.ttl = "30s";
+  o.wait = "1s1s";
+  EXPECT_EQ(usage_error(o), "--wait: '1s1s' repeats the unit 's'");
+  o.wait = "0.0001s";
+  EXPECT_EQ(usage_error(o), "--wait: '0.0001s' is not a whole number of milliseconds");
+  o.wait = "-0.5";
+  EXPECT_EQ(usage_error(o), "--wait: must not be negative, got -0.5");
+  o.wait = ".5";
+  EXPECT_EQ(usage_error(o), "--wait: '.5' needs a digit before the decimal point (as in 0.5s)");
+  o.wait = "0";
+  o.timeout = "1.";
+  EXPECT_EQ(usage_error(o), "--timeout: '1.' needs a digit after the decimal point");
+  o.timeout = "0.0";
+  EXPECT_EQ(usage_error(o), "--timeout: must be positive, got 0.0");
 }
 
 // Signals and exit codes.
