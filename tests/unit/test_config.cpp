@@ -1,6 +1,11 @@
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <string>
@@ -49,6 +54,31 @@ Config configure(const Options& o, const Env& env = {}) {
       },
       fake_parse_signal);
 }
+
+// A directory of its own under $TMPDIR, removed with what is in it.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "fencerun-config-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    m_path = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(m_path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  // Creates `name` with some content and returns its path.
+  std::string file(const std::string& name) const {
+    std::ofstream(m_path / name) << "-----BEGIN CERTIFICATE-----\n";
+    return (m_path / name).string();
+  }
+  std::string path(const std::string& name) const { return (m_path / name).string(); }
+
+ private:
+  std::filesystem::path m_path;
+};
 
 // The message of the UsageError that make_config throws, or "<no error>".
 std::string usage_error(const Options& o, const Env& env = {}) {
@@ -484,18 +514,19 @@ TEST(make_config, ignores_the_sentinel_password_without_sentinels) {
 }
 
 TEST(make_config, passes_the_tls_options_on) {
+  TempDir dir;
   Options o = run_options();
   o.redis_url = "rediss://secure.example:6380";
-  o.tls_ca_file = "/etc/ca.pem";
-  o.tls_cert = "/etc/client.pem";
-  o.tls_key = "/etc/client.key";
+  o.tls_ca_file = dir.file("ca.pem");
+  o.tls_cert = dir.file("client.pem");
+  o.tls_key = dir.file("client.key");
   o.tls_server_name = "redis.internal";
   o.tls_insecure = true;
   Config c = configure(o);
   EXPECT_EQ(c.common.endpoint.transport, Transport::tls);
-  EXPECT_EQ(c.common.endpoint.tls.ca_file, "/etc/ca.pem");
-  EXPECT_EQ(c.common.endpoint.tls.cert_file, "/etc/client.pem");
-  EXPECT_EQ(c.common.endpoint.tls.key_file, "/etc/client.key");
+  EXPECT_EQ(c.common.endpoint.tls.ca_file, dir.path("ca.pem"));
+  EXPECT_EQ(c.common.endpoint.tls.cert_file, dir.path("client.pem"));
+  EXPECT_EQ(c.common.endpoint.tls.key_file, dir.path("client.key"));
   EXPECT_EQ(c.common.endpoint.tls.server_name, "redis.internal");
   EXPECT_TRUE(c.common.endpoint.tls.insecure);
 }
@@ -511,6 +542,60 @@ TEST(make_config, rejects_a_tls_key_without_a_certificate) {
   o.redis_url = "rediss://secure.example";
   o.tls_key = "/etc/client.key";
   EXPECT_EQ(usage_error(o), "--tls-key: needs --tls-cert as well");
+}
+
+TEST(make_config, rejects_a_missing_tls_file_naming_the_option_and_the_path) {
+  TempDir dir;
+  Options o = run_options();
+  o.redis_url = "rediss://secure.example";
+  o.tls_ca_file = dir.path("missing-ca.pem");
+  EXPECT_EQ(usage_error(o), "--tls-ca-file: cannot read '" + dir.path("missing-ca.pem") + "': No such file or directory");
+  o.tls_ca_file = dir.file("ca.pem");
+  o.tls_cert = dir.path("missing-client.pem");
+  EXPECT_EQ(usage_error(o), "--tls-cert: cannot read '" + dir.path("missing-client.pem") + "': No such file or directory");
+  o.tls_cert = dir.file("client.pem");
+  o.tls_key = dir.path("missing-client.key");
+  EXPECT_EQ(usage_error(o), "--tls-key: cannot read '" + dir.path("missing-client.key") + "': No such file or directory");
+  o.tls_key = dir.file("client.key");
+  EXPECT_EQ(configure(o).common.endpoint.tls.key_file, dir.path("client.key"));
+}
+
+TEST(make_config, rejects_a_tls_file_in_a_missing_directory) {
+  Options o = run_options();
+  o.redis_url = "rediss://secure.example";
+  o.tls_ca_file = "/nonexistent-fencerun-dir/ca.pem";
+  EXPECT_EQ(usage_error(o), "--tls-ca-file: cannot read '/nonexistent-fencerun-dir/ca.pem': No such file or directory");
+}
+
+TEST(make_config, rejects_a_directory_as_a_tls_file) {
+  TempDir dir;
+  Options o = run_options();
+  o.redis_url = "rediss://secure.example";
+  o.tls_cert = dir.path("");
+  EXPECT_EQ(usage_error(o), "--tls-cert: '" + o.tls_cert + "' is a directory, not a file");
+}
+
+TEST(make_config, rejects_an_unreadable_tls_file) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root reads every file";
+  TempDir dir;
+  std::string ca = dir.file("ca.pem");
+  ASSERT_EQ(::chmod(ca.c_str(), 0), 0);
+  Options o = run_options();
+  o.redis_url = "rediss://secure.example";
+  o.tls_ca_file = ca;
+  EXPECT_EQ(usage_error(o), "--tls-ca-file: cannot read '" + ca + "': Permission denied");
+}
+
+TEST(make_config, checks_the_tls_files_before_anything_connects) {
+  // The status subcommand and plain redis:// URLs go through the same check: a file named on the
+  // command line that cannot be read is a typo wherever it appears.
+  Options o = run_options({});
+  o.subcommand = Subcommand::status;
+  o.redis_url = "rediss://secure.example";
+  o.tls_ca_file = "/nonexistent-fencerun-dir/ca.pem";
+  EXPECT_EQ(usage_error(o), "--tls-ca-file: cannot read '/nonexistent-fencerun-dir/ca.pem': No such file or directory");
+  o.redis_url = "redis://plain.example";
+  EXPECT_EQ(usage_error(o), "--tls-ca-file: cannot read '/nonexistent-fencerun-dir/ca.pem': No such file or directory");
 }
 
 // Replica acknowledgement.
