@@ -107,6 +107,8 @@ struct Client::Connection {
   std::string where;
   std::string user;                 // for messages only
   std::string_view password_hint;   // where the password the server asks for is set
+  bool plain_tcp = false;           // TCP without TLS: a TLS server may be behind it
+  bool answered = false;            // any byte arrived from the server yet
 
   // Writes `payload` and reads `count` replies. Any failure leaves the connection unusable. Once the
   // whole payload is written, every failure is reported as maybe executed.
@@ -135,7 +137,15 @@ struct Client::Connection {
         continue;
       }
       auto n = transport->read_some(buf, sizeof buf, deadline);
-      if (!n) return sent_failure(n.error());
+      if (!n) {
+        // A TLS server (redis-server, openssl s_server) closes or resets a plain connection without
+        // a byte of answer. So may a server going down, hence "may".
+        if (plain_tcp && !answered && n.error().kind == Error::Kind::connection)
+          n.error().message = "the server closed the connection before answering (" + n.error().message +
+                              "): it may expect TLS on this port (try rediss://)";
+        return sent_failure(n.error());
+      }
+      answered = true;
       if (::redisReaderFeed(reader.get(), buf, *n) != REDIS_OK)
         return sent_failure(Error{Error::Kind::protocol, std::string("bad reply from server: ") + reader->errstr});
     }
@@ -169,6 +179,7 @@ Result<std::unique_ptr<Client::Connection>> Client::open_node(const config::Redi
   conn->user = node.user;
   conn->password_hint = sentinel ? "set it in $FENCERUN_SENTINEL_PASSWORD"
                                  : "set it in the URL or in $FENCERUN_REDIS_PASSWORD";
+  conn->plain_tcp = node.transport == config::RedisEndpoint::Transport::tcp;
 
   // AUTH, SELECT and ROLE go out in one write, each only when needed.
   std::string payload;

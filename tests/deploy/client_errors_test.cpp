@@ -146,6 +146,21 @@ TEST(ClientErrors, RefusedPasswordSaysItWasRefused) {
   EXPECT_FALSE(r.error().maybe_executed);
 }
 
+TEST(ClientErrors, TlsHandshakeWithAPlainRedisTimesOutSayingTryRedis) {
+  // A plain redis-server never answers a ClientHello: the handshake runs into the deadline, and the
+  // message says what the silence most likely means.
+  RedisServer redis;
+  redis::Client c(endpoint("rediss://127.0.0.1:" + std::to_string(redis.port())));
+  const auto began = BootClock::now();
+  auto r = c.command({"PING"}, BootClock::now() + 300ms);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_LT(BootClock::now() - began, 2s);
+  EXPECT_EQ(r.error().kind, redis::Error::Kind::timeout);
+  EXPECT_FALSE(r.error().maybe_executed);
+  EXPECT_EQ(r.error().message,
+            "TLS handshake timed out with no answer from the server: it may not speak TLS on this port (try redis://)");
+}
+
 TEST(ClientErrors, StoppedServerTimesOutWithTheRequestMaybeExecuted) {
   RedisServer redis;
   redis::Client c(endpoint(redis.url()));
