@@ -107,7 +107,7 @@ Options:
   -h, --help               show this help and exit
       --version            show the version and exit
 
-Durations: an integer with ms, s, m or h (500ms, 30s, 5m); a bare integer is seconds.
+Durations: 500ms, 30s, 1.5s, 2m30s, 1h; a bare number is seconds (0.5 = 500ms).
 
 Exit status: the command's own status; 128+N if it was killed by signal N;
 64 usage error; 69 Redis unavailable; 75 lock busy; 124 lease lost;

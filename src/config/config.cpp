@@ -1,5 +1,12 @@
 #include "config/config.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
 #include "config/duration.hpp"
 #include "util/error.hpp"
 
@@ -10,6 +17,19 @@ milliseconds duration_option(std::string_view option, const std::string& text) {
   auto d = parse_duration(text);
   if (!d) throw UsageError(std::string(option) + ": " + d.error());
   return *d;
+}
+
+// The TLS files are read only once a connection is made; a path that cannot be read is a typo to
+// report now, naming the option, rather than as an unavailable server later.
+void readable_file_option(std::string_view option, const std::string& path) {
+  if (path.empty()) return;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw UsageError(std::string(option) + ": '" + path + "' is a directory, not a file");
+  // O_NONBLOCK: a FIFO given by mistake must not hang the check.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw UsageError(std::string(option) + ": cannot read '" + path + "': " + std::strerror(errno));
+  ::close(fd);
 }
 
 int exit_code_option(std::string_view option, int value) {
@@ -120,12 +140,19 @@ CommonConfig make_common_config(const Options& o, const GetEnv& getenv) {
   return c;
 }
 
+void check_tls_files(const TlsSettings& tls) {
+  readable_file_option("--tls-ca-file", tls.ca_file);
+  readable_file_option("--tls-cert", tls.cert_file);
+  readable_file_option("--tls-key", tls.key_file);
+}
+
 Config make_config(const Options& o, const GetEnv& getenv, const ParseSignal& parse_signal) {
   Config c;
   c.subcommand = o.subcommand;
   c.json = o.json;
 
   c.common = make_common_config(o, getenv);
+  check_tls_files(c.common.endpoint.tls);
   c.acl_delex = o.acl_delex;
   if (o.subcommand == Subcommand::version || o.subcommand == Subcommand::help || o.subcommand == Subcommand::acl)
     return c;

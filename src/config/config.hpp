@@ -1,5 +1,6 @@
 #pragma once
-// Validated configuration and the lease timing rules (pure functions; no I/O).
+// Validated configuration and the lease timing rules (pure functions, apart from check_tls_files and
+// make_config, which calls it).
 #include <chrono>
 #include <expected>
 #include <functional>
@@ -77,11 +78,18 @@ using GetEnv = std::function<std::optional<std::string>(const char*)>;
 // Signal name or number -> signal number, or nullopt. Provided by the supervisor layer.
 using ParseSignal = std::function<std::optional<int>(std::string_view)>;
 
-// Validates `options`; throws UsageError with a one-line message naming the option.
+// Validates `options`, including that the TLS files named can be read (check_tls_files); throws
+// UsageError with a one-line message naming the option.
 Config make_config(const Options& options, const GetEnv& getenv, const ParseSignal& parse_signal);
 
 // The connection part of make_config (URL and passwords from the options and the environment, TLS,
 // --timeout, --key-prefix, logging), for every command that talks to Redis. Throws UsageError.
+// Pure: it does not look at the TLS files (see check_tls_files).
 CommonConfig make_common_config(const Options& options, const GetEnv& getenv);
+
+// Throws UsageError naming the option and the path when --tls-ca-file, --tls-cert or --tls-key names
+// something that cannot be opened for reading (missing, unreadable, a directory): a typo found before
+// connecting rather than reported as an unavailable server. Empty paths are not checked.
+void check_tls_files(const TlsSettings& tls);
 
 }  // namespace fencerun::config

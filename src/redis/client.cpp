@@ -73,6 +73,23 @@ config::RedisEndpoint node_endpoint(const config::RedisEndpoint& base, const con
   return node;
 }
 
+bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+
+// A refusal of every command because the connection is not (or could not be) authenticated, as a
+// message a person can act on; nullopt for any other reply. Redis answers NOAUTH, or, to a long
+// command before AUTH, "ERR Protocol error: unauthenticated multibulk length" (and closes). The
+// server's text never holds the password, and neither does ours.
+std::optional<std::string> auth_refusal(const Reply& r, std::string_view password_hint, const std::string& user) {
+  if (!r.is_error()) return std::nullopt;
+  if (r.error_is("NOAUTH") || starts_with(r.str, "ERR Protocol error: unauthenticated"))
+    return "the server requires a password: " + std::string(password_hint);
+  if (r.error_is("WRONGPASS") || starts_with(r.str, "ERR invalid password") ||
+      starts_with(r.str, "ERR invalid username-password pair"))
+    return "the server refused the password" + (user.empty() ? std::string() : " of user '" + user + "'") + " (" +
+           r.str + ")";
+  return std::nullopt;
+}
+
 // For failures before the caller's request was written (connect, handshake, discovery).
 Error not_sent(Error e) {
   e.maybe_executed = false;
@@ -88,6 +105,10 @@ struct Client::Connection {
   };
   std::unique_ptr<redisReader, ReaderDeleter> reader{::redisReaderCreate()};
   std::string where;
+  std::string user;                 // for messages only
+  std::string_view password_hint;   // where the password the server asks for is set
+  bool plain_tcp = false;           // TCP without TLS: a TLS server may be behind it
+  bool answered = false;            // any byte arrived from the server yet
 
   // Writes `payload` and reads `count` replies. Any failure leaves the connection unusable. Once the
   // whole payload is written, every failure is reported as maybe executed.
@@ -109,18 +130,25 @@ struct Client::Connection {
         auto* reply = static_cast<redisReply*>(raw);
         out.push_back(convert(reply));
         ::freeReplyObject(reply);
+        // Unauthenticated, the server refuses every command (not run), and may close the
+        // connection before the rest are answered: report the refusal, not the closed connection.
+        if (auto refusal = auth_refusal(out.back(), password_hint, user))
+          return std::unexpected(Error{Error::Kind::auth, std::move(*refusal)});
         continue;
       }
       auto n = transport->read_some(buf, sizeof buf, deadline);
-      if (!n) return sent_failure(n.error());
+      if (!n) {
+        // A TLS server (redis-server, openssl s_server) closes or resets a plain connection without
+        // a byte of answer. So may a server going down, hence "may".
+        if (plain_tcp && !answered && n.error().kind == Error::Kind::connection)
+          n.error().message = "the server closed the connection before answering (" + n.error().message +
+                              "): it may expect TLS on this port (try rediss://)";
+        return sent_failure(n.error());
+      }
+      answered = true;
       if (::redisReaderFeed(reader.get(), buf, *n) != REDIS_OK)
         return sent_failure(Error{Error::Kind::protocol, std::string("bad reply from server: ") + reader->errstr});
     }
-    // A server that demands a password answers every command with NOAUTH: report it as such (the
-    // commands were refused, not run).
-    for (const Reply& r : out)
-      if (r.error_is("NOAUTH") || r.error_is("WRONGPASS"))
-        return std::unexpected(Error{Error::Kind::auth, "authentication required or refused: " + r.str});
     return out;
   }
 };
@@ -139,7 +167,7 @@ void Client::disconnect() {
 std::string Client::current_node() const { return m_conn ? m_conn->where : std::string(); }
 
 Result<std::unique_ptr<Client::Connection>> Client::open_node(const config::RedisEndpoint& node, bool check_master,
-                                                              Deadline deadline) {
+                                                              Deadline deadline, bool sentinel) {
   auto transport = open_transport(node, deadline);
   if (!transport) return std::unexpected(not_sent(transport.error()));
   auto conn = std::make_unique<Connection>();
@@ -148,6 +176,10 @@ Result<std::unique_ptr<Client::Connection>> Client::open_node(const config::Redi
   conn->where = node.transport == config::RedisEndpoint::Transport::unix_socket
                     ? node.path
                     : node.host + ":" + std::to_string(node.port);
+  conn->user = node.user;
+  conn->password_hint = sentinel ? "set it in $FENCERUN_SENTINEL_PASSWORD"
+                                 : "set it in the URL or in $FENCERUN_REDIS_PASSWORD";
+  conn->plain_tcp = node.transport == config::RedisEndpoint::Transport::tcp;
 
   // AUTH, SELECT and ROLE go out in one write, each only when needed.
   std::string payload;
@@ -182,8 +214,14 @@ Result<std::unique_ptr<Client::Connection>> Client::open_node(const config::Redi
   auto result = conn->exchange(payload, replies, deadline);
   if (!result) return std::unexpected(not_sent(result.error()));
   std::size_t i = 0;
-  if (auth && (*result)[i++].is_error())  // the reply text never contains the password
-    return std::unexpected(Error{Error::Kind::auth, "authentication failed at " + conn->where + ": " + (*result)[i - 1].str});
+  if (auth && (*result)[i++].is_error()) {  // the reply text never contains the password
+    const Reply& refused = (*result)[i - 1];
+    if (refused.str.find("without any password configured") != std::string::npos)
+      return std::unexpected(Error{Error::Kind::auth, "a password was given but the server has none set" +
+                                                          std::string(node.user.empty() ? "" : " for user '" + node.user + "'") +
+                                                          " (" + refused.str + ")"});
+    return std::unexpected(Error{Error::Kind::auth, "authentication failed at " + conn->where + ": " + refused.str});
+  }
   if (node.db != 0 && (*result)[i++].is_error())
     return std::unexpected(Error{Error::Kind::auth, "SELECT " + db + " failed: " + (*result)[i - 1].str});
   if (check_master) {
@@ -224,7 +262,7 @@ Result<config::RedisEndpoint> Client::discover_master(Deadline deadline) {
     s.user = m_endpoint.sentinel_user;
     s.password = m_endpoint.sentinel_password;
     s.db = 0;
-    auto conn = open_node(s, false, until);
+    auto conn = open_node(s, false, until, /*sentinel=*/true);
     if (!conn) {
       if (conn.error().kind == Error::Kind::auth) return std::unexpected(not_sent(conn.error()));
       failures += (failures.empty() ? "" : "; ") + where + ": " + conn.error().message;

@@ -55,8 +55,9 @@ class Client {
   struct Connection;
 
  private:
+  // `sentinel`: the node is a sentinel (its password comes from elsewhere; messages say where).
   Result<std::unique_ptr<Connection>> open_node(const config::RedisEndpoint& node, bool check_master,
-                                                Deadline deadline);
+                                                Deadline deadline, bool sentinel = false);
   Result<config::RedisEndpoint> discover_master(Deadline deadline);
   Result<std::vector<Reply>> send(std::span<const std::vector<std::string_view>> commands, Deadline deadline);
 

@@ -37,6 +37,23 @@ std::string openssl_error(const std::string& what) {
   return what + ": " + buf;
 }
 
+// The first byte the server sent, recorded by a callback on the socket BIO during the handshake. A
+// TLS server starts with a record of content type 20 to 23; a plain-text server that answers the
+// ClientHello at once (an HTTP server's 400, a banner) does not, where OpenSSL only says "wrong
+// version number".
+struct FirstByte {
+  int value = -1;  // none yet
+  bool is_tls_record() const { return value >= 20 && value <= 23; }
+};
+
+long record_first_byte(BIO* bio, int oper, const char* data, std::size_t, int, long, int ret, std::size_t* processed) {
+  if (oper == (BIO_CB_READ | BIO_CB_RETURN) && ret > 0 && processed != nullptr && *processed > 0) {
+    auto* first = reinterpret_cast<FirstByte*>(::BIO_get_callback_arg(bio));
+    if (first->value < 0) first->value = static_cast<unsigned char>(data[0]);
+  }
+  return ret;
+}
+
 bool is_ip_address(const std::string& host) {
   unsigned char buf[sizeof(in6_addr)];
   return ::inet_pton(AF_INET, host.c_str(), buf) == 1 || ::inet_pton(AF_INET6, host.c_str(), buf) == 1;
@@ -159,7 +176,11 @@ Result<std::unique_ptr<Transport>> open_tls_transport(UniqueFd fd, const std::st
                                  : ::X509_VERIFY_PARAM_set1_host(param, name.c_str(), 0);
     if (ok != 1) return fail("cannot verify TLS server name '" + name + "'");
   }
+  FirstByte first;  // outlives the transport, whose BIO points at it until the handshake ends
   auto transport = std::make_unique<TlsTransport>(std::move(fd), std::move(ctx), std::move(ssl));
+  BIO* rbio = ::SSL_get_rbio(transport->ssl());
+  ::BIO_set_callback_arg(rbio, reinterpret_cast<char*>(&first));
+  ::BIO_set_callback_ex(rbio, record_first_byte);
   for (;;) {
     int rc = ::SSL_connect(transport->ssl());
     if (rc == 1) break;
@@ -167,8 +188,20 @@ Result<std::unique_ptr<Transport>> open_tls_transport(UniqueFd fd, const std::st
     if (verify != X509_V_OK)
       return fail("TLS certificate of " + name + " rejected: " + ::X509_verify_cert_error_string(verify));
     auto ok = transport->wait_after(rc, deadline, "TLS handshake");
-    if (!ok) return std::unexpected(ok.error());
+    if (ok) continue;
+    Error e = ok.error();
+    if (first.value >= 0 && !first.is_tls_record()) {
+      ::ERR_clear_error();
+      return fail("the server does not speak TLS on this port: try redis://");
+    }
+    // A plain redis-server never answers a ClientHello (it takes it for an unfinished inline
+    // command); a TLS server answers at once.
+    if (e.kind == Error::Kind::timeout && first.value < 0)
+      e.message += " with no answer from the server: it may not speak TLS on this port (try redis://)";
+    return std::unexpected(std::move(e));
   }
+  ::BIO_set_callback_ex(rbio, nullptr);
+  ::BIO_set_callback_arg(rbio, nullptr);
   return std::unique_ptr<Transport>(std::move(transport));
 }
 

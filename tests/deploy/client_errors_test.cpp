@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <iostream>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "config/url.hpp"
 #include "redis/client.hpp"
@@ -108,7 +111,54 @@ TEST(ClientErrors, MissingPasswordWasNotExecuted) {
   ASSERT_FALSE(r.has_value());
   EXPECT_EQ(r.error().kind, redis::Error::Kind::auth) << r.error().message;
   EXPECT_FALSE(r.error().maybe_executed) << "NOAUTH: refused, not run";
+  EXPECT_EQ(r.error().message, "the server requires a password: set it in the URL or in $FENCERUN_REDIS_PASSWORD");
   EXPECT_FALSE(redis.exists("counter"));
+}
+
+TEST(ClientErrors, MissingPasswordForALongCommandSaysWhereToSetIt) {
+  // Before AUTH, Redis answers a command of more than 10 arguments with "ERR Protocol error:
+  // unauthenticated multibulk length" and closes the connection; fencerun's scripts are such commands.
+  RedisOptions o;
+  o.password = "right-password";
+  RedisServer redis(o);
+  redis::Client c(endpoint("redis://127.0.0.1:" + std::to_string(redis.port())));
+  std::vector<std::string_view> eval = {"EVAL", "return redis.call('INCR', KEYS[1])", "1", "counter"};
+  for (int i = 0; i < 12; ++i) eval.push_back("arg");
+  std::vector<std::vector<std::string_view>> commands = {eval, {"PING"}};
+  auto r = c.pipeline(commands, BootClock::now() + 2000ms);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().kind, redis::Error::Kind::auth) << r.error().message;
+  EXPECT_EQ(r.error().message, "the server requires a password: set it in the URL or in $FENCERUN_REDIS_PASSWORD");
+  EXPECT_FALSE(r.error().maybe_executed) << "refused, not run";
+  EXPECT_FALSE(redis.exists("counter"));
+}
+
+TEST(ClientErrors, RefusedPasswordSaysItWasRefused) {
+  RedisOptions o;
+  o.password = "right-password";
+  RedisServer redis(o);
+  redis::Client c(endpoint("redis://:refused-password@127.0.0.1:" + std::to_string(redis.port())));
+  auto r = incr(c);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().kind, redis::Error::Kind::auth);
+  EXPECT_EQ(r.error().message,
+            "the server refused the password (WRONGPASS invalid username-password pair or user is disabled.)");
+  EXPECT_FALSE(r.error().maybe_executed);
+}
+
+TEST(ClientErrors, TlsHandshakeWithAPlainRedisTimesOutSayingTryRedis) {
+  // A plain redis-server never answers a ClientHello: the handshake runs into the deadline, and the
+  // message says what the silence most likely means.
+  RedisServer redis;
+  redis::Client c(endpoint("rediss://127.0.0.1:" + std::to_string(redis.port())));
+  const auto began = BootClock::now();
+  auto r = c.command({"PING"}, BootClock::now() + 300ms);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_LT(BootClock::now() - began, 2s);
+  EXPECT_EQ(r.error().kind, redis::Error::Kind::timeout);
+  EXPECT_FALSE(r.error().maybe_executed);
+  EXPECT_EQ(r.error().message,
+            "TLS handshake timed out with no answer from the server: it may not speak TLS on this port (try redis://)");
 }
 
 TEST(ClientErrors, StoppedServerTimesOutWithTheRequestMaybeExecuted) {

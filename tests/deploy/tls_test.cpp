@@ -1,10 +1,28 @@
-// rediss:// against a redis-server that accepts only TLS and demands client certificates.
+// rediss:// against a redis-server that accepts only TLS and demands client certificates, and the
+// messages when the scheme does not match the port.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <regex>
 
 #include "deploy_support.hpp"
 
 namespace fencerun::test::deploy {
 namespace {
+
+// Whether something accepts TCP connections on 127.0.0.1:port right now.
+bool accepts_connections(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bool ok = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0;
+  ::close(fd);
+  return ok;
+}
 
 class TlsTest : public DeployTest {
  protected:
@@ -151,6 +169,85 @@ TEST_F(TlsTest, StatusOverTls) {
                                       "job"};
   RunResult refused = run(no_cert);
   EXPECT_EQ(refused.exit_code, 69) << refused;
+}
+
+TEST_F(TlsTest, PlainSchemeOnTheTlsPortSaysTryRediss) {
+  const std::string plain = "redis://127.0.0.1:" + std::to_string(server_->tls_port());
+  RunResult r = run_token({"--timeout", "1s"}, plain);
+  note("redis:// on the TLS port", r);
+  EXPECT_EQ(r.exit_code, 69) << r;
+  EXPECT_NE(r.err.find("it may expect TLS on this port (try rediss://)"), std::string::npos) << r;
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line\n" << r;
+  EXPECT_FALSE(std::filesystem::exists(file("token"))) << "the command must not run";
+  EXPECT_FALSE(lock_exists());
+
+  RunResult s = run({"status", "-r", plain, "job"});
+  EXPECT_EQ(s.exit_code, 69) << s;
+  EXPECT_NE(s.err.find("try rediss://"), std::string::npos) << s;
+}
+
+TEST_F(TlsTest, MissingTlsFilesAreUsageErrorsNamingOptionAndPath) {
+  const std::string missing = file("no-such-ca.pem").string();
+  struct Case {
+    std::vector<std::string> options;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {{"--tls-ca-file", missing}, "--tls-ca-file: cannot read '" + missing + "': No such file or directory"},
+      {{"--tls-ca-file", certs_.ca_crt.string(), "--tls-cert", missing, "--tls-key", certs_.client_key.string()},
+       "--tls-cert: cannot read '" + missing + "': No such file or directory"},
+      {{"--tls-ca-file", certs_.ca_crt.string(), "--tls-cert", certs_.client_crt.string(), "--tls-key", missing},
+       "--tls-key: cannot read '" + missing + "': No such file or directory"},
+      {{"--tls-ca-file", dir().path().string()}, "--tls-ca-file: '" + dir().path().string() + "' is a directory, not a file"},
+  };
+  for (const Case& c : cases) {
+    RunResult r = run_token(c.options, url());
+    note("missing TLS file", r);
+    EXPECT_EQ(r.exit_code, 64) << r;
+    EXPECT_NE(r.err.find(c.expected), std::string::npos) << c.expected << "\n" << r;
+    EXPECT_FALSE(std::filesystem::exists(file("token"))) << "the command must not run";
+    std::vector<std::string> status = {"status", "-r", url(), "job"};
+    status.insert(status.end(), c.options.begin(), c.options.end());
+    RunResult s = run(status);
+    EXPECT_EQ(s.exit_code, 64) << s;
+    EXPECT_NE(s.err.find(c.expected), std::string::npos) << s;
+  }
+  EXPECT_EQ(stored_token(), -1) << "nothing may have been written";
+}
+
+// rediss:// to a plain redis-server: it never answers the ClientHello (it takes it for an unfinished
+// inline command), so the handshake runs into --timeout, and the message says to try redis://.
+TEST_F(DeployTest, TlsSchemeOnAPlainRedisPortSaysTryRedis) {
+  RedisServer plain;
+  const std::string tls = "rediss://127.0.0.1:" + std::to_string(plain.port());
+  RunResult r = run(sh_args(tls, "job", "touch ran", {"--timeout", "500ms"}));
+  note("rediss:// on a plain port", r);
+  EXPECT_EQ(r.exit_code, 69) << r;
+  EXPECT_NE(r.err.find("TLS handshake timed out with no answer from the server: it may not speak TLS on this "
+                       "port (try redis://)"),
+            std::string::npos)
+      << r;
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line\n" << r;
+  EXPECT_FALSE(std::filesystem::exists(file("ran"))) << "the command must not run";
+  EXPECT_EQ(plain.dbsize(), 0);
+}
+
+// rediss:// to a plain-text server that answers the ClientHello at once (here Python's HTTP server,
+// with its 400 page): no TLS record came back, so fencerun says so without waiting for --timeout.
+TEST_F(DeployTest, TlsSchemeOnAPlainTextServerThatAnswersSaysTryRedis) {
+  if (!program_usable(PYTHON3_EXECUTABLE)) GTEST_SKIP() << "python3 not found";
+  const int port = pick_free_port();
+  Process http({PYTHON3_EXECUTABLE, "-m", "http.server", "--bind", "127.0.0.1", std::to_string(port)},
+               spawn_options());
+  ASSERT_TRUE(wait_until([&] { return accepts_connections(port); }, 10s, 20ms))
+      << "python3 -m http.server did not listen on " << port << "\n" << http.result();
+  const std::string tls = "rediss://127.0.0.1:" + std::to_string(port);
+  RunResult r = run(sh_args(tls, "job", "touch ran", {"--timeout", "5s"}));
+  note("rediss:// on an HTTP port", r);
+  EXPECT_EQ(r.exit_code, 69) << r;
+  EXPECT_NE(r.err.find("the server does not speak TLS on this port: try redis://"), std::string::npos) << r;
+  EXPECT_LT(r.elapsed, 4s) << "the answer is enough, no need to wait for --timeout\n" << r;
+  EXPECT_FALSE(std::filesystem::exists(file("ran"))) << "the command must not run";
 }
 
 }  // namespace

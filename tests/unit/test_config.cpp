@@ -1,6 +1,11 @@
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <string>
@@ -49,6 +54,31 @@ Config configure(const Options& o, const Env& env = {}) {
       },
       fake_parse_signal);
 }
+
+// A directory of its own under $TMPDIR, removed with what is in it.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "fencerun-config-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    m_path = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(m_path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  // Creates `name` with some content and returns its path.
+  std::string file(const std::string& name) const {
+    std::ofstream(m_path / name) << "-----BEGIN CERTIFICATE-----\n";
+    return (m_path / name).string();
+  }
+  std::string path(const std::string& name) const { return (m_path / name).string(); }
+
+ private:
+  std::filesystem::path m_path;
+};
 
 // The message of the UsageError that make_config throws, or "<no error>".
 std::string usage_error(const Options& o, const Env& env = {}) {
@@ -262,8 +292,10 @@ TEST(make_config, rejects_a_grace_too_large_naming_the_option) {
             "below the ttl (with --renew 10s, at most 19597ms)");
   o.grace = "-1s";
   EXPECT_EQ(usage_error(o), "--grace: must not be negative, got -1s");
-  o.grace = "1.5s";
-  EXPECT_EQ(usage_error(o), "--grace: '1.5s' has an unknown unit '.5s' (use ms, s, m or h)");
+  o.grace = "1.5ms";
+  EXPECT_EQ(usage_error(o), "--grace: '1.5ms' is not a whole number of milliseconds");
+  o.grace = "-0.5s";
+  EXPECT_EQ(usage_error(o), "--grace: must not be negative, got -500ms");
 }
 
 TEST(make_config, accepts_renew_a_third_and_grace_a_sixth_of_the_ttl) {
@@ -316,6 +348,49 @@ TEST(make_config, rejects_a_negative_or_bad_wait) {
   EXPECT_EQ(usage_error(o), "--wait: must not be negative, got -1s");
   o.wait = "soon";
   EXPECT_EQ(usage_error(o), "--wait: 'soon' is not a duration (expected e.g. 500ms, 30s, 5m, 1h)");
+}
+
+TEST(make_config, waits_a_fraction_of_a_second_as_flock_does) {
+  Options o = run_options();
+  o.wait = "0.5";
+  EXPECT_EQ(configure(o).run.wait, milliseconds(500));
+  o.wait = "1m30s";
+  EXPECT_EQ(configure(o).run.wait, milliseconds(90'000));
+}
+
+TEST(make_config, reads_fractions_and_compounds_in_every_duration_option) {
+  Options o = run_options();
+  o.ttl = "1m30s";
+  o.renew = "20.5s";
+  o.grace = "1s500ms";
+  o.timeout = "0.25";
+  o.replica_timeout = "0.75s";
+  Config c = configure(o);
+  EXPECT_EQ(c.run.timing.ttl, milliseconds(90'000));
+  EXPECT_EQ(c.run.timing.renew, milliseconds(20'500));
+  EXPECT_EQ(c.run.timing.grace, milliseconds(1'500));
+  EXPECT_EQ(c.common.timeout, milliseconds(250));
+  EXPECT_EQ(c.run.replica_timeout, milliseconds(750));
+}
+
+TEST(make_config, rejects_a_bad_fraction_or_compound_naming_the_option) {
+  Options o = run_options();
+  o.ttl = "1s2m";
+  EXPECT_EQ(usage_error(o), "--ttl: '1s2m' has its units out of order (largest first, as in 1h30m, 2m30s, 1s500ms)");
+  o.ttl = "30s";
+  o.wait = "1s1s";
+  EXPECT_EQ(usage_error(o), "--wait: '1s1s' repeats the unit 's'");
+  o.wait = "0.0001s";
+  EXPECT_EQ(usage_error(o), "--wait: '0.0001s' is not a whole number of milliseconds");
+  o.wait = "-0.5";
+  EXPECT_EQ(usage_error(o), "--wait: must not be negative, got -0.5");
+  o.wait = ".5";
+  EXPECT_EQ(usage_error(o), "--wait: '.5' needs a digit before the decimal point (as in 0.5s)");
+  o.wait = "0";
+  o.timeout = "1.";
+  EXPECT_EQ(usage_error(o), "--timeout: '1.' needs a digit after the decimal point");
+  o.timeout = "0.0";
+  EXPECT_EQ(usage_error(o), "--timeout: must be positive, got 0.0");
 }
 
 // Signals and exit codes.
@@ -439,18 +514,19 @@ TEST(make_config, ignores_the_sentinel_password_without_sentinels) {
 }
 
 TEST(make_config, passes_the_tls_options_on) {
+  TempDir dir;
   Options o = run_options();
   o.redis_url = "rediss://secure.example:6380";
-  o.tls_ca_file = "/etc/ca.pem";
-  o.tls_cert = "/etc/client.pem";
-  o.tls_key = "/etc/client.key";
+  o.tls_ca_file = dir.file("ca.pem");
+  o.tls_cert = dir.file("client.pem");
+  o.tls_key = dir.file("client.key");
   o.tls_server_name = "redis.internal";
   o.tls_insecure = true;
   Config c = configure(o);
   EXPECT_EQ(c.common.endpoint.transport, Transport::tls);
-  EXPECT_EQ(c.common.endpoint.tls.ca_file, "/etc/ca.pem");
-  EXPECT_EQ(c.common.endpoint.tls.cert_file, "/etc/client.pem");
-  EXPECT_EQ(c.common.endpoint.tls.key_file, "/etc/client.key");
+  EXPECT_EQ(c.common.endpoint.tls.ca_file, dir.path("ca.pem"));
+  EXPECT_EQ(c.common.endpoint.tls.cert_file, dir.path("client.pem"));
+  EXPECT_EQ(c.common.endpoint.tls.key_file, dir.path("client.key"));
   EXPECT_EQ(c.common.endpoint.tls.server_name, "redis.internal");
   EXPECT_TRUE(c.common.endpoint.tls.insecure);
 }
@@ -466,6 +542,60 @@ TEST(make_config, rejects_a_tls_key_without_a_certificate) {
   o.redis_url = "rediss://secure.example";
   o.tls_key = "/etc/client.key";
   EXPECT_EQ(usage_error(o), "--tls-key: needs --tls-cert as well");
+}
+
+TEST(make_config, rejects_a_missing_tls_file_naming_the_option_and_the_path) {
+  TempDir dir;
+  Options o = run_options();
+  o.redis_url = "rediss://secure.example";
+  o.tls_ca_file = dir.path("missing-ca.pem");
+  EXPECT_EQ(usage_error(o), "--tls-ca-file: cannot read '" + dir.path("missing-ca.pem") + "': No such file or directory");
+  o.tls_ca_file = dir.file("ca.pem");
+  o.tls_cert = dir.path("missing-client.pem");
+  EXPECT_EQ(usage_error(o), "--tls-cert: cannot read '" + dir.path("missing-client.pem") + "': No such file or directory");
+  o.tls_cert = dir.file("client.pem");
+  o.tls_key = dir.path("missing-client.key");
+  EXPECT_EQ(usage_error(o), "--tls-key: cannot read '" + dir.path("missing-client.key") + "': No such file or directory");
+  o.tls_key = dir.file("client.key");
+  EXPECT_EQ(configure(o).common.endpoint.tls.key_file, dir.path("client.key"));
+}
+
+TEST(make_config, rejects_a_tls_file_in_a_missing_directory) {
+  Options o = run_options();
+  o.redis_url = "rediss://secure.example";
+  o.tls_ca_file = "/nonexistent-fencerun-dir/ca.pem";
+  EXPECT_EQ(usage_error(o), "--tls-ca-file: cannot read '/nonexistent-fencerun-dir/ca.pem': No such file or directory");
+}
+
+TEST(make_config, rejects_a_directory_as_a_tls_file) {
+  TempDir dir;
+  Options o = run_options();
+  o.redis_url = "rediss://secure.example";
+  o.tls_cert = dir.path("");
+  EXPECT_EQ(usage_error(o), "--tls-cert: '" + o.tls_cert + "' is a directory, not a file");
+}
+
+TEST(make_config, rejects_an_unreadable_tls_file) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root reads every file";
+  TempDir dir;
+  std::string ca = dir.file("ca.pem");
+  ASSERT_EQ(::chmod(ca.c_str(), 0), 0);
+  Options o = run_options();
+  o.redis_url = "rediss://secure.example";
+  o.tls_ca_file = ca;
+  EXPECT_EQ(usage_error(o), "--tls-ca-file: cannot read '" + ca + "': Permission denied");
+}
+
+TEST(make_config, checks_the_tls_files_before_anything_connects) {
+  // The status subcommand and plain redis:// URLs go through the same check: a file named on the
+  // command line that cannot be read is a typo wherever it appears.
+  Options o = run_options({});
+  o.subcommand = Subcommand::status;
+  o.redis_url = "rediss://secure.example";
+  o.tls_ca_file = "/nonexistent-fencerun-dir/ca.pem";
+  EXPECT_EQ(usage_error(o), "--tls-ca-file: cannot read '/nonexistent-fencerun-dir/ca.pem': No such file or directory");
+  o.redis_url = "redis://plain.example";
+  EXPECT_EQ(usage_error(o), "--tls-ca-file: cannot read '/nonexistent-fencerun-dir/ca.pem': No such file or directory");
 }
 
 // Replica acknowledgement.
