@@ -75,6 +75,10 @@ int main(int argc, char** argv) {
               config.common.log_format == config::LogFormat::json ? log::Format::json : log::Format::text);
     if (config.common.endpoint.tls.insecure)
       log::event(log::Level::warn, "tls_insecure", "TLS certificate verification is disabled (--tls-insecure)");
+    // $REDIS_URL is often an application's own setting: say which source chose the server.
+    log::event(config.common.url_source == "$REDIS_URL" ? log::Level::info : log::Level::debug, "redis_url",
+               "using Redis at " + config.common.redacted_url + " (from " + config.common.url_source + ")",
+               {{"source", config.common.url_source}});
     if (config.subcommand == config::Subcommand::status) return app::status(config);
     if (config.subcommand == config::Subcommand::acl) return app::acl(config);
     app::Exit exit = app::run(config);

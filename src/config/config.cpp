@@ -100,9 +100,10 @@ CommonConfig make_common_config(const Options& o, const GetEnv& getenv) {
   CommonConfig c;
   // Where the lock lives, and the password (URL first, then the environment).
   std::string url = o.redis_url ? *o.redis_url : "";
-  if (url.empty()) url = getenv("FENCERUN_REDIS_URL").value_or("");
-  if (url.empty()) url = getenv("REDIS_URL").value_or("");
-  if (url.empty()) url = "redis://127.0.0.1:6379";
+  c.url_source = "--redis";
+  if (url.empty()) url = getenv("FENCERUN_REDIS_URL").value_or(""), c.url_source = "$FENCERUN_REDIS_URL";
+  if (url.empty()) url = getenv("REDIS_URL").value_or(""), c.url_source = "$REDIS_URL";
+  if (url.empty()) url = "redis://127.0.0.1:6379", c.url_source = "the default";
   auto endpoint = parse_redis_url(url);
   if (!endpoint) throw UsageError("--redis: " + endpoint.error());
   c.endpoint = std::move(*endpoint);

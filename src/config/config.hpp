@@ -46,6 +46,7 @@ enum class LogLevel { debug, info, warn, error };
 struct CommonConfig {
   RedisEndpoint endpoint;
   std::string redacted_url;
+  std::string url_source;  // what chose the server: "--redis", "$FENCERUN_REDIS_URL", "$REDIS_URL", "the default"
   milliseconds timeout{2000};
   std::string key_prefix = "fencerun:";
   LogLevel log_level = LogLevel::warn;

@@ -80,3 +80,19 @@ TEST_F(JsonLogTest, LeaseLossAndRetriesUseMillisecondFields) {
 
 }  // namespace
 }  // namespace fencerun::test
+
+namespace fencerun::test {
+namespace {
+
+TEST_F(JsonLogTest, SaysWhichVariableChoseTheServer) {
+  // $REDIS_URL is often an application's own: -v names it as the source.
+  auto r = run({"-v", "urlsrc", "--", "true"}, {{"REDIS_URL", redis().url()}});
+  EXPECT_EQ(r.exit_code, 0) << r;
+  EXPECT_NE(r.err.find("using Redis at " + redis().url() + " (from $REDIS_URL)"), std::string::npos) << r;
+  auto r2 = run({"-v", "urlsrc", "--", "true"}, {{"FENCERUN_REDIS_URL", redis().url()}, {"REDIS_URL", "redis://127.0.0.1:1"}});
+  EXPECT_EQ(r2.exit_code, 0) << r2;
+  EXPECT_EQ(r2.err.find("using Redis at"), std::string::npos) << "only $REDIS_URL is worth a line at -v\n" << r2;
+}
+
+}  // namespace
+}  // namespace fencerun::test
