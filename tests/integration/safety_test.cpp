@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "fixture.hpp"
-#include "reply_proxy.hpp"
+#include "support/tcp_proxy.hpp"
 
 namespace fencerun::test {
 namespace {
@@ -24,8 +24,10 @@ class SafetyTest : public FencerunTest {
 
 // 1. A reply that arrives after the stop point must not start the command.
 TEST_F(SafetyTest, LateAcquireReplyNeverStartsTheCommand) {
-  ReplyProxy proxy(redis().port(), {.reply_delay = 1500ms});
-  auto r = run({"-r", proxy.url(), "--ttl", "1s", "late", "--", "sh", "-c", "echo ran > ran"});
+  TcpProxy proxy(redis().port());
+  proxy.set_mode(TcpProxy::Mode::delay_replies, 1500ms);
+  const std::string url = "redis://127.0.0.1:" + std::to_string(proxy.port());
+  auto r = run({"-r", url, "--ttl", "1s", "late", "--", "sh", "-c", "echo ran > ran"});
   EXPECT_FALSE(std::filesystem::exists(file("ran"))) << "the command ran after its lease's stop point\n" << r;
   EXPECT_TRUE(r.exit_code == 69 || r.exit_code == 124) << r;
   // Bounded by the TTL's stop point (about 770ms), not by --timeout (2s) plus the delay.
@@ -226,9 +228,14 @@ TEST_F(SafetyTest, StoppedCommandGetsContinuedAfterTheKillSignal) {
 
 // 11. A connection reset after the acquire ran on the server: the lock is cleaned up at once.
 TEST_F(SafetyTest, ResetAfterAcquireLeavesNoLockBehind) {
-  ReplyProxy proxy(redis().port(), {.resets_after_script = 1});
-  auto r = run({"-r", proxy.url(), "--ttl", "30s", "reset", "--", "sh", "-c", "echo ran > ran"});
-  EXPECT_EQ(proxy.resets_done(), 1);
+  TcpProxy proxy(redis().port());
+  const std::string url = "redis://127.0.0.1:" + std::to_string(proxy.port());
+  // A first run loads the scripts, so that the request that is reset is the acquire itself (not a
+  // NOSCRIPT answer that ran nothing).
+  ASSERT_EQ(run({"-r", url, "warm-up", "--", "true"}).exit_code, 0);
+  proxy.set_mode(TcpProxy::Mode::reset_after_request, 0ms, 1);
+  auto r = run({"-r", url, "--ttl", "30s", "reset", "--", "sh", "-c", "echo ran > ran"});
+  EXPECT_EQ(proxy.resets(), 1);
   EXPECT_EQ(r.exit_code, 69) << r;
   EXPECT_FALSE(std::filesystem::exists(file("ran")));
   EXPECT_FALSE(redis().exists(lock_key("reset"))) << "the lock set by the lost request stays for its TTL";

@@ -83,9 +83,19 @@ TcpProxy::~TcpProxy() {
   ::close(m_stop_fd);
 }
 
-void TcpProxy::set_mode(Mode mode, std::chrono::milliseconds delay) {
+void TcpProxy::set_mode(Mode mode, std::chrono::milliseconds delay, int max_resets) {
   m_delay_ms.store(delay.count());
+  m_resets_left.store(max_resets);
   m_mode.store(mode);
+}
+
+bool TcpProxy::take_reset() {
+  int left = m_resets_left.load();
+  for (;;) {
+    if (left < 0) return true;
+    if (left == 0) return false;
+    if (m_resets_left.compare_exchange_weak(left, left - 1)) return true;
+  }
 }
 
 void TcpProxy::accept_loop() {
@@ -128,7 +138,7 @@ void TcpProxy::forward(int client, int server) {
     if (p[0].revents & (POLLIN | POLLHUP | POLLERR)) {
       ssize_t n = ::recv(client, buf, sizeof buf, 0);
       if (n <= 0 || !send_all(server, buf, static_cast<size_t>(n))) break;
-      if (m_mode.load() == Mode::reset_after_request) {
+      if (m_mode.load() == Mode::reset_after_request && take_reset()) {
         // The reply proves the request ran; the client never sees it.
         if (wait_readable(server, m_stop_fd, 5000)) [[maybe_unused]] auto dropped = ::recv(server, buf, sizeof buf, 0);
         reset = true;

@@ -31,7 +31,8 @@ class TcpProxy {
   TcpProxy& operator=(const TcpProxy&) = delete;
 
   int port() const { return m_port; }
-  void set_mode(Mode mode, std::chrono::milliseconds delay = std::chrono::milliseconds(0));
+  // `max_resets` >= 0: reset_after_request resets that many connections, then passes through.
+  void set_mode(Mode mode, std::chrono::milliseconds delay = std::chrono::milliseconds(0), int max_resets = -1);
   int connections() const { return m_connections.load(); }  // accepted so far
   int resets() const { return m_resets.load(); }            // client connections reset so far
 
@@ -47,6 +48,8 @@ class TcpProxy {
   std::atomic<long long> m_delay_ms{0};
   std::atomic<int> m_connections{0};
   std::atomic<int> m_resets{0};
+  std::atomic<int> m_resets_left{-1};  // -1: no limit
+  bool take_reset();
   std::mutex m_mutex;
   std::vector<std::thread> m_threads;
   std::thread m_acceptor;
