@@ -97,7 +97,7 @@ std::expected<pid_t, SpawnError> Supervisor::start(std::vector<std::string> argv
   // The watchdog is forked while fencerun has a single thread; it knows the job before the job runs.
   auto slack = std::min<std::chrono::milliseconds>(m_policy.grace / 4, std::chrono::milliseconds(20));
   WatchdogTargets targets{!m_foreground, m_cgroup ? m_cgroup->kill_fd() : -1,
-                          m_cgroup ? m_cgroup->procs_read_fd() : -1};
+                          m_cgroup ? m_cgroup->procs_read_fd() : -1, m_cgroup ? m_cgroup->path().c_str() : nullptr};
   m_watchdog.emplace(m_policy.kill_signal, targets, slack);
   SpawnRequest request;
   request.argv = std::move(argv);

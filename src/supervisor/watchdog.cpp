@@ -33,6 +33,19 @@ void close_all_but(int (&keep)[N]) {
   ::close_range(from, ~0U, 0);
 }
 
+// fencerun died: nobody else will remove the job's (emptied) cgroup. Waits up to a second for the
+// killed members to leave it.
+void remove_cgroup(const WatchdogTargets& targets) {
+  if (!targets.cgroup_path || targets.cgroup_procs_fd < 0) return;
+  for (int i = 0; i < 1000; ++i) {
+    char c;
+    if (::pread(targets.cgroup_procs_fd, &c, 1, 0) <= 0) break;  // empty
+    timespec ms{0, 1'000'000};
+    ::nanosleep(&ms, nullptr);
+  }
+  ::rmdir(targets.cgroup_path);
+}
+
 // Only async-signal-safe calls from here on: the parent may have been multi-threaded at fork.
 [[noreturn]] void watchdog_main(int read_fd, const WatchdogTargets& targets, int kill_signal, std::int64_t slack_ns) {
   const int cgroup_kill_fd = targets.cgroup_kill_fd;
@@ -77,6 +90,8 @@ void close_all_but(int (&keep)[N]) {
       if (n < 0) break;  // EAGAIN: nothing more for now
       if (n == 0) {      // end of file: fencerun is gone, or dropped us without disarming
         hit(SIGKILL);
+        if (pid <= 0 && cgroup_kill_fd >= 0) [[maybe_unused]] auto k = ::write(cgroup_kill_fd, "1", 1);
+        remove_cgroup(targets);
         ::_exit(0);
       }
       for (ssize_t i = 0; i + static_cast<ssize_t>(sizeof(WatchMessage)) <= n; i += sizeof(WatchMessage)) {

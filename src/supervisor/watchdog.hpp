@@ -32,7 +32,8 @@ struct WatchMessage {
 struct WatchdogTargets {
   bool own_group = true;
   int cgroup_kill_fd = -1;   // open cgroup.kill, written at the kill point
-  int cgroup_procs_fd = -1;  // open cgroup.procs (read), without own_group
+  int cgroup_procs_fd = -1;  // open cgroup.procs (read)
+  const char* cgroup_path = nullptr;  // removed by the watchdog once the job is gone, if fencerun died
 };
 
 class Watchdog {

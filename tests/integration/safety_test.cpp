@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <sstream>
 
 #include "fixture.hpp"
 #include "support/tcp_proxy.hpp"
@@ -132,6 +133,46 @@ TEST_F(SafetyTest, ProcessesThatLeaveTheGroupAreStoppedWithTheJob) {
   redis().cmd({"DEL", lock_key("escape")});  // the lease is lost at the next renewal
   EXPECT_EQ(p->wait_for_exit(10s), 124) << p->result();
   EXPECT_TRUE(wait_dead(gpid, 2s)) << "a process that left the group outlived the job";
+}
+
+// The cgroup v2 mount point, or "" (from /proc/self/mountinfo).
+std::string cgroup2_mount() {
+  std::ifstream in("/proc/self/mountinfo");
+  for (std::string line; std::getline(in, line);) {
+    auto sep = line.find(" - cgroup2 ");
+    if (sep == std::string::npos) continue;
+    std::istringstream f(line.substr(0, sep));
+    std::string id, parent, dev, root, mount;
+    f >> id >> parent >> dev >> root >> mount;
+    return mount;
+  }
+  return {};
+}
+
+// Job cgroups named after fencerun's pid, anywhere below the mount.
+int job_cgroups_of(pid_t fencerun) {
+  std::string mount = cgroup2_mount();
+  if (mount.empty()) return 0;
+  int n = 0;
+  std::error_code ec;
+  const std::string prefix = "fencerun-" + std::to_string(fencerun) + "-";
+  for (auto it = std::filesystem::recursive_directory_iterator(mount, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec))
+    if (it->is_directory(ec) && it->path().filename().string().starts_with(prefix)) ++n;
+  return n;
+}
+
+TEST_F(SafetyTest, KilledFencerunLeavesNoCgroupBehind) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs a writable cgroup v2 hierarchy (root)";
+  auto p = start(sh_args("cgleft", kHoldWithGrandchild, {"-vv"}));
+  wait_pid("pid");
+  pid_t gpid = wait_pid("gpid");
+  if (p->err().find("containment: cgroup") == std::string::npos) GTEST_SKIP() << "no cgroup here: " << p->err();
+  ASSERT_EQ(job_cgroups_of(p->pid()), 1);
+  p->signal(SIGKILL);
+  EXPECT_TRUE(wait_dead(gpid, 3s));
+  EXPECT_TRUE(wait_until([&] { return job_cgroups_of(p->pid()) == 0; }, 5s))
+      << "the job's cgroup outlived a SIGKILLed fencerun";
 }
 
 TEST_F(SafetyTest, CommandThatLeavesItsGroupIsStoppedThroughItsPid) {
