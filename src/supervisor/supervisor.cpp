@@ -231,6 +231,7 @@ Outcome Supervisor::supervise(const LeaseWatch& lease) {
           (lease.lost() || (WIFSIGNALED(m_status) && now >= m_policy.stop_at(lease.deadline()))))
         out.stopped_for_lease = true;
       // The watchdog's SIGKILL at the kill point may land just before this loop's own.
+      if (state == State::stopping && now >= kill_at) out.killed = true;
       if (state != State::running && WIFSIGNALED(m_status) && WTERMSIG(m_status) == SIGKILL) out.killed = true;
       break;
     }
