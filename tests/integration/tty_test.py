@@ -214,15 +214,22 @@ def interactive(env):
     return Terminal(["bash", "--norc", "--noprofile", "-i"], env)
 
 
-def ctrl_z_stops_the_job_and_fg_resumes_it(redis, env):
+def suspended_job(env, ttl, name):
+    """An interactive shell whose foreground job, fencerun running a loop, was just stopped by Ctrl-Z."""
     term = interactive(env)
     term.expect(r"\$ ", 5)
-    term.send(b'"$FR" -r "$URL" --ttl 3s ttyz -- sh -c "echo started; while :; do sleep 0.1; done"\n')
+    term.send(('"$FR" -r "$URL" --ttl %s %s -- sh -c "echo started; while :; do sleep 0.1; done"\n'
+               % (ttl, name)).encode())
     if not term.expect(r"(^|\n)started"):
         fail(term, "the command did not start")
     term.send(b"\x1a")
     if not term.expect(r"Stopped", 5):
         fail(term, "Ctrl-Z did not give the prompt back")
+    return term
+
+
+def ctrl_z_stops_the_job_and_fg_resumes_it(redis, env):
+    term = suspended_job(env, "3s", "ttyz")
     term.send(b"fg\n")
     time.sleep(1)
     if redis.cli("EXISTS", "fencerun:{ttyz}:lock") != "1":
@@ -239,14 +246,7 @@ def ctrl_z_stops_the_job_and_fg_resumes_it(redis, env):
 
 
 def ctrl_z_longer_than_the_lease_ends_the_job(redis, env):
-    term = interactive(env)
-    term.expect(r"\$ ", 5)
-    term.send(b'"$FR" -r "$URL" --ttl 1s ttyl -- sh -c "echo started; while :; do sleep 0.1; done"\n')
-    if not term.expect(r"(^|\n)started"):
-        fail(term, "the command did not start")
-    term.send(b"\x1a")
-    if not term.expect(r"Stopped", 5):
-        fail(term, "Ctrl-Z did not give the prompt back")
+    term = suspended_job(env, "1s", "ttyl")
     time.sleep(2.5)  # longer than the lease: the watchdog ends the job meanwhile
     term.send(b"fg\n")
     term.send(b"echo rc=$?\n")
