@@ -13,6 +13,7 @@
 #include <system_error>
 
 #include "log/log.hpp"
+#include "supervisor/proctree.hpp"
 
 namespace fencerun::supervisor {
 namespace {
@@ -75,6 +76,7 @@ void Supervisor::drop_watchdog(bool disarm) {
 }
 
 std::string Supervisor::containment() const {
+  if (m_tree) return "process tree (terminal foreground, shared process group)";
   if (!m_cgroup) return "process group";
   return (m_foreground ? "cgroup (terminal foreground, shared process group) " : "cgroup ") + m_cgroup->path();
 }
@@ -88,17 +90,21 @@ std::expected<pid_t, SpawnError> Supervisor::start(std::vector<std::string> argv
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   std::string why_not;
   if (auto cg = JobCgroup::create(why_not)) m_cgroup.emplace(std::move(*cg));
-  // A terminal's foreground job: with a cgroup to hold the job, the command stays in fencerun's
-  // process group, so the terminal treats fencerun, the command and the rest of the caller's job
-  // (a pipeline, the calling script) as one, as it would without fencerun.
+  // A terminal's foreground job: the command stays in fencerun's process group, so the terminal
+  // treats fencerun, the command and the rest of the caller's job (a pipeline, the calling script) as
+  // one, as it would without fencerun. The job is then held by its cgroup or, without one, found as
+  // fencerun's descendants (fencerun is their subreaper).
   const int tty = foreground_tty();
-  m_foreground = tty >= 0 && m_cgroup.has_value();
+  m_foreground = tty >= 0 && (m_cgroup.has_value() || proctree::available());
+  m_tree = m_foreground && !m_cgroup;
   m_tty = m_foreground ? -1 : tty;
   // The watchdog is forked while fencerun has a single thread; it knows the job before the job runs.
   auto slack = std::min<std::chrono::milliseconds>(m_policy.grace / 4, std::chrono::milliseconds(20));
   WatchdogTargets targets{!m_foreground, m_cgroup ? m_cgroup->kill_fd() : -1,
-                          m_cgroup ? m_cgroup->procs_read_fd() : -1, m_cgroup ? m_cgroup->path().c_str() : nullptr};
+                          m_cgroup ? m_cgroup->procs_read_fd() : -1, m_cgroup ? m_cgroup->path().c_str() : nullptr,
+                          m_tree ? ::getpid() : 0};
   m_watchdog.emplace(m_policy.kill_signal, targets, slack);
+  m_watchdog_pid = m_watchdog->pid();
   SpawnRequest request;
   request.argv = std::move(argv);
   request.env = std::move(env);
@@ -137,6 +143,8 @@ std::expected<pid_t, SpawnError> Supervisor::start(std::vector<std::string> argv
   }
   log::event(log::Level::debug, "contained",
              m_cgroup ? "the job runs in its own cgroup: every descendant is stopped with it"
+             : m_tree ? "the job shares the terminal's foreground group and is stopped as fencerun's descendants (" +
+                            why_not + ")"
                       : "the job is stopped through its pid and process group (" + why_not +
                             "): a process that leaves the group escapes",
              m_context, {{"containment", containment()}});
@@ -175,6 +183,10 @@ void Supervisor::reap() {
 
 bool Supervisor::job_alive() const {
   if (m_cgroup && m_cgroup->populated()) return true;
+  if (m_tree) {
+    pid_t one;
+    return proctree::descendants(::getpid(), m_watchdog_pid, &one, 1) > 0;
+  }
   if (m_foreground) return false;  // the job is its cgroup; fencerun's own group is the caller's
   return ::kill(-m_pid, 0) == 0 || errno == EPERM;
 }
@@ -182,6 +194,11 @@ bool Supervisor::job_alive() const {
 void Supervisor::signal_job(int signo) {
   if (m_pid <= 0) return;
   if (signo == SIGKILL && m_cgroup) m_cgroup->kill();
+  if (m_tree) {
+    // Never the process group: it is fencerun's own and the caller's.
+    proctree::signal_descendants(::getpid(), m_watchdog_pid, signo);
+    return;
+  }
   if (m_foreground) {
     // Never the process group: it is fencerun's own and the caller's.
     if (signo != SIGKILL) m_cgroup->signal_all(signo);

@@ -62,7 +62,7 @@ class Supervisor {
   Outcome supervise(const LeaseWatch& lease);
   // A renewal moved the deadline: tell the watchdog. Safe to call from any thread.
   void lease_renewed(Deadline deadline);
-  // How the job is contained, for the log: "cgroup PATH" or "process group".
+  // How the job is contained, for the log: "cgroup PATH", "process group" or "process tree".
   std::string containment() const;
 
  private:
@@ -80,7 +80,9 @@ class Supervisor {
   std::optional<Watchdog> m_watchdog;  // guarded by m_watchdog_mutex (renewals reach it from another thread)
   mutable std::mutex m_watchdog_mutex;
   bool m_gone = false;  // every process of the job was seen gone
-  bool m_foreground = false;  // a terminal's foreground job sharing fencerun's group (needs the cgroup)
+  bool m_foreground = false;  // a terminal's foreground job sharing fencerun's group
+  bool m_tree = false;        // ... contained as fencerun's descendants, for want of a cgroup
+  pid_t m_watchdog_pid = -1;
   pid_t m_pid = -1;
   int m_tty = -1;
   bool m_exited = false;

@@ -11,6 +11,7 @@
 #include <iterator>
 
 #include "supervisor/cgroup.hpp"
+#include "supervisor/proctree.hpp"
 #include <cerrno>
 #include <system_error>
 
@@ -74,6 +75,15 @@ void remove_cgroup(const WatchdogTargets& targets) {
     if (targets.own_group) {
       ::kill(-pid, sig);
       if (::getpgid(pid) != pid) ::kill(pid, sig);  // the command left its group
+    } else if (targets.tree_root > 0) {
+      // The job shares fencerun's (the caller's) process group and has no cgroup: it is fencerun's
+      // descendants. Once fencerun is gone (we were re-parented), only the command's own subtree is left.
+      if (::getppid() == targets.tree_root) {
+        proctree::signal_descendants(targets.tree_root, ::getpid(), sig);
+      } else {
+        ::kill(pid, sig);
+        proctree::signal_descendants(pid, ::getpid(), sig);
+      }
     } else {
       // The job shares fencerun's (the caller's) process group: signal its cgroup's members only.
       if (cgroup_procs_fd >= 0) signal_cgroup_members(cgroup_procs_fd, sig);

@@ -28,12 +28,14 @@ struct WatchMessage {
 };
 
 // What the watchdog signals: the job's process group (and pid), or, when the job shares fencerun's
-// process group (a terminal's foreground job), the members of its cgroup; and the cgroup's kill file.
+// process group (a terminal's foreground job), the members of its cgroup or, without a cgroup,
+// fencerun's descendants (see proctree.hpp); and the cgroup's kill file.
 struct WatchdogTargets {
   bool own_group = true;
   int cgroup_kill_fd = -1;   // open cgroup.kill, written at the kill point
   int cgroup_procs_fd = -1;  // open cgroup.procs (read)
   const char* cgroup_path = nullptr;  // removed by the watchdog once the job is gone, if fencerun died
+  pid_t tree_root = 0;       // > 0: the job is every descendant of this pid (fencerun) but the watchdog
 };
 
 class Watchdog {

@@ -6,7 +6,8 @@ without fencerun.
 
 Scenarios: ctrl_c_stops_the_calling_script, pipeline_reader_keeps_the_terminal,
 command_reads_the_terminal, ctrl_z_stops_the_job_and_fg_resumes_it,
-ctrl_z_longer_than_the_lease_ends_the_job.
+ctrl_z_longer_than_the_lease_ends_the_job, ctrl_z_past_the_lease_ends_what_left_the_group.
+With FENCERUN_CGROUP=off in the environment, fencerun holds the job without a cgroup.
 Each starts its own redis-server on a free loopback port. Exit 0: passed; 77: skipped.
 """
 import os
@@ -153,7 +154,8 @@ def main():
         print("SKIPPED: needs redis-server and bash")
         sys.exit(SKIP)
     redis = Redis()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FENCERUN_", "REDIS"))}
+    env = {k: v for k, v in os.environ.items()
+           if k == "FENCERUN_CGROUP" or not k.startswith(("FENCERUN_", "REDIS"))}
     env.update({"TERM": "dumb", "PS1": "$ ", "FR": fencerun, "URL": "redis://127.0.0.1:%d" % redis.port})
     try:
         globals()[scenario](redis, env)
@@ -214,12 +216,12 @@ def interactive(env):
     return Terminal(["bash", "--norc", "--noprofile", "-i"], env)
 
 
-def suspended_job(env, ttl, name):
+def suspended_job(env, ttl, name, before=""):
     """An interactive shell whose foreground job, fencerun running a loop, was just stopped by Ctrl-Z."""
     term = interactive(env)
     term.expect(r"\$ ", 5)
-    term.send(('"$FR" -r "$URL" --ttl %s %s -- sh -c "echo started; while :; do sleep 0.1; done"\n'
-               % (ttl, name)).encode())
+    term.send(('"$FR" -r "$URL" --ttl %s %s -- sh -c "%secho started; while :; do sleep 0.1; done"\n'
+               % (ttl, name, before)).encode())
     if not term.expect(r"(^|\n)started"):
         fail(term, "the command did not start")
     term.send(b"\x1a")
@@ -248,6 +250,40 @@ def ctrl_z_stops_the_job_and_fg_resumes_it(redis, env):
 def ctrl_z_longer_than_the_lease_ends_the_job(redis, env):
     term = suspended_job(env, "1s", "ttyl")
     time.sleep(2.5)  # longer than the lease: the watchdog ends the job meanwhile
+    term.send(b"fg\n")
+    term.send(b"echo rc=$?\n")
+    if not term.expect(r"rc=124", 10):
+        fail(term, "a job stopped past its lease was not ended with 124")
+    term.send(b"exit\n")
+    term.wait(5)
+    term.kill()
+
+
+def pid_alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def ctrl_z_past_the_lease_ends_what_left_the_group(redis, env):
+    # While fencerun is stopped with its job, the watchdog alone ends the job at the lease's stop
+    # point: a process that left the job's process group (setsid) included.
+    pidfile = os.path.join(redis.dir, "daemon.pid")
+    term = suspended_job(env, "1s", "ttyd", "setsid sleep 100 & echo \\$! > %s; " % pidfile)
+    try:
+        with open(pidfile) as f:
+            daemon = int(f.read())
+    except (OSError, ValueError):
+        fail(term, "the command did not write its daemon's pid")
+    if not pid_alive(daemon):
+        fail(term, "the daemon was not running while the job was stopped")
+    end = time.monotonic() + 5
+    while pid_alive(daemon) and time.monotonic() < end:
+        time.sleep(0.05)
+    if pid_alive(daemon):
+        fail(term, "a process that left the group ran on past the lease")
     term.send(b"fg\n")
     term.send(b"echo rc=$?\n")
     if not term.expect(r"rc=124", 10):
