@@ -1,6 +1,5 @@
 #pragma once
-// Validated configuration and the lease timing rules (pure functions, apart from check_tls_files and
-// make_config, which calls it).
+// Validated configuration (pure functions, apart from check_tls_files and make_config, which calls it).
 #include <chrono>
 #include <expected>
 #include <functional>
@@ -11,31 +10,14 @@
 
 #include "config/options.hpp"
 #include "config/url.hpp"
+#include "lease/timing.hpp"
 
 namespace fencerun::config {
 
 using std::chrono::milliseconds;
 
-// Lease timing. With drift = ttl/100 + 2ms and margin = min(ttl/20, 100ms), a configuration is valid when
-//   ttl >= 100ms, renew > 0, grace >= 0 and renew + grace + margin + drift < ttl.
-// Every combination with renew <= ttl/3 and grace <= ttl/6 satisfies it.
-struct LeaseTiming {
-  milliseconds ttl{};
-  milliseconds renew{};   // interval between renewals
-  milliseconds grace{};   // kill signal -> SIGKILL
-  milliseconds drift{};   // subtracted from the TTL for clock rate differences
-  milliseconds margin{};  // SIGKILL lands this long before the deadline (scheduling, teardown)
-
-  static constexpr milliseconds k_min_ttl{100};
-
-  // Builds and checks the timing; the error names the offending option.
-  static std::expected<LeaseTiming, std::string> make(milliseconds ttl, std::optional<milliseconds> renew,
-                                                       std::optional<milliseconds> grace);
-  static milliseconds drift_for(milliseconds ttl) { return ttl / 100 + milliseconds(2); }
-  static milliseconds margin_for(milliseconds ttl) { return std::min(ttl / 20, milliseconds(100)); }
-  static milliseconds default_renew(milliseconds ttl) { return ttl / 3; }
-  static milliseconds default_grace(milliseconds ttl) { return std::min(milliseconds(5000), ttl / 6); }
-};
+// Lease timing lives with the lease (lease/timing.hpp); the configuration holds one.
+using LeaseTiming = lease::LeaseTiming;
 
 // NAME: 1 to 256 bytes of printable ASCII other than space, '{' and '}'. Error text names the problem.
 std::expected<void, std::string> validate_lock_name(std::string_view name);

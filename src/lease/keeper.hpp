@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "lease/lease_client.hpp"
-#include "lease/schedule.hpp"
+#include "lease/timing.hpp"
 #include "log/log.hpp"
 #include "util/fd.hpp"
 

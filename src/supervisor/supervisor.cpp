@@ -83,7 +83,7 @@ std::string Supervisor::containment() const {
 
 std::expected<pid_t, SpawnError> Supervisor::start(std::vector<std::string> argv, std::vector<std::string> env,
                                                    Deadline deadline) {
-  const Deadline stop_at = m_policy.stop_at(deadline);
+  const Deadline stop_at = m_policy.points.stop_at(deadline);
   if (BootClock::now() >= stop_at)
     return std::unexpected(SpawnError{126, "the lease ran short before the command could start", true});
   // Orphaned descendants are re-parented to fencerun, so it can reap them and see the group empty.
@@ -99,7 +99,7 @@ std::expected<pid_t, SpawnError> Supervisor::start(std::vector<std::string> argv
   m_tree = m_foreground && !m_cgroup;
   m_tty = m_foreground ? -1 : tty;
   // The watchdog is forked while fencerun has a single thread; it knows the job before the job runs.
-  auto slack = std::min<std::chrono::milliseconds>(m_policy.grace / 4, std::chrono::milliseconds(20));
+  auto slack = std::min<std::chrono::milliseconds>(m_policy.points.grace / 4, std::chrono::milliseconds(20));
   WatchdogTargets targets{!m_foreground, m_cgroup ? m_cgroup->kill_fd() : -1,
                           m_cgroup ? m_cgroup->procs_read_fd() : -1, m_cgroup ? m_cgroup->path().c_str() : nullptr,
                           m_tree ? ::getpid() : 0};
@@ -113,7 +113,7 @@ std::expected<pid_t, SpawnError> Supervisor::start(std::vector<std::string> argv
   request.own_group = !m_foreground;
   request.cgroup_procs_fd = m_cgroup ? m_cgroup->procs_fd() : -1;
   request.watchdog_fd = m_watchdog->fd();
-  request.guard = Watchdog::guard_message(0, stop_at, m_policy.kill_at(deadline));
+  request.guard = Watchdog::guard_message(0, stop_at, m_policy.points.kill_at(deadline));
   request.exec_before = stop_at;
   request.ignore_sigchld = sigchld_was_ignored();
   auto pid = spawn(request);
@@ -161,7 +161,7 @@ void Supervisor::stop_with_the_job() {
 
 void Supervisor::lease_renewed(Deadline deadline) {
   std::lock_guard lock(m_watchdog_mutex);
-  if (m_watchdog) m_watchdog->update(m_policy.stop_at(deadline), m_policy.kill_at(deadline));
+  if (m_watchdog) m_watchdog->update(m_policy.points.stop_at(deadline), m_policy.points.kill_at(deadline));
 }
 
 void Supervisor::reap() {
@@ -222,7 +222,7 @@ Outcome Supervisor::supervise(const LeaseWatch& lease) {
 
   auto begin_stop = [&](Deadline now, bool for_lease, const char* why) {
     Deadline deadline = lease.deadline();
-    kill_at = std::min(now + m_policy.grace, m_policy.kill_at(deadline));
+    kill_at = std::min(now + m_policy.points.grace, m_policy.points.kill_at(deadline));
     state = State::stopping;
     out.stopped_for_lease = out.stopped_for_lease || for_lease;
     log::event(for_lease ? log::Level::error : log::Level::info, "stopping", why, m_context,
@@ -245,7 +245,7 @@ Outcome Supervisor::supervise(const LeaseWatch& lease) {
       // fencerun was stopped or starved past the stop point and the watchdog ended the job: that is a
       // lease stop too, whatever the wait status says.
       if (state == State::running &&
-          (lease.lost() || (WIFSIGNALED(m_status) && now >= m_policy.stop_at(lease.deadline()))))
+          (lease.lost() || (WIFSIGNALED(m_status) && now >= m_policy.points.stop_at(lease.deadline()))))
         out.stopped_for_lease = true;
       // The watchdog's SIGKILL at the kill point may land just before this loop's own.
       if (state == State::stopping && now >= kill_at) out.killed = true;
@@ -254,7 +254,7 @@ Outcome Supervisor::supervise(const LeaseWatch& lease) {
     }
     Deadline next = now + std::chrono::hours(24);
     if (state == State::running) {
-      Deadline stop_at = m_policy.stop_at(lease.deadline());
+      Deadline stop_at = m_policy.points.stop_at(lease.deadline());
       if (lease.lost()) {
         begin_stop(now, true, "lease lost: stopping the command");
       } else if (now >= stop_at) {

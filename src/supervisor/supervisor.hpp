@@ -17,6 +17,7 @@
 #include <mutex>
 #include <optional>
 
+#include "lease/timing.hpp"
 #include "log/log.hpp"
 #include "supervisor/cgroup.hpp"
 #include "supervisor/signals.hpp"
@@ -32,14 +33,11 @@ struct LeaseWatch {
   int wake_fd = -1;                    // readable when lost() may have changed
 };
 
+// How the job is stopped: `kill_signal` at points.stop_at(deadline), SIGKILL at points.kill_at(deadline)
+// (the lease's one stop formula, lease/timing.hpp).
 struct StopPolicy {
   int kill_signal = SIGTERM;
-  std::chrono::milliseconds grace{};
-  std::chrono::milliseconds margin{};
-
-  // The one stop formula: when the kill signal goes out, and when SIGKILL does.
-  Deadline stop_at(Deadline deadline) const { return deadline - grace - margin; }
-  Deadline kill_at(Deadline deadline) const { return deadline - margin; }
+  lease::StopPoints points;
 };
 
 struct Outcome {

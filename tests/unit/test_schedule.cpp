@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "config/config.hpp"
-#include "lease/schedule.hpp"
+#include "lease/timing.hpp"
 #include "util/clock.hpp"
 
 using fencerun::Deadline;
@@ -49,7 +49,7 @@ TEST(lease_schedule, stops_the_command_grace_plus_margin_before_the_deadline) {
 
 TEST(lease_schedule, kills_the_command_margin_before_the_deadline) {
   auto s = schedule_for(milliseconds(30'000));
-  EXPECT_EQ(s.kill_at(at(30'698)), at(30'598));
+  EXPECT_EQ(s.stop_points().kill_at(at(30'698)), at(30'598));
 }
 
 TEST(lease_schedule, renews_every_renew_interval) {
@@ -64,7 +64,7 @@ TEST(lease_schedule, follows_the_shortest_ttl) {
   Deadline deadline = s.deadline_after(at(1'000));
   EXPECT_EQ(deadline, at(1'097));
   EXPECT_EQ(s.stop_at(deadline), at(1'076));
-  EXPECT_EQ(s.kill_at(deadline), at(1'092));
+  EXPECT_EQ(s.stop_points().kill_at(deadline), at(1'092));
   EXPECT_EQ(s.next_renewal(at(1'000)), at(1'033));
 }
 
@@ -139,7 +139,7 @@ TEST(lease_schedule, keeps_its_invariants_for_many_timings) {
           Deadline sent = at(sent_ms);
           Deadline deadline = s.deadline_after(sent);
           Deadline stop = s.stop_at(deadline);
-          Deadline kill = s.kill_at(deadline);
+          Deadline kill = s.stop_points().kill_at(deadline);
           SCOPED_TRACE(testing::Message() << "ttl " << ttl_ms << "ms renew " << timing->renew.count() << "ms grace "
                                           << timing->grace.count() << "ms sent " << sent_ms << "ms");
           // The server-side expiry is sent + ttl at the earliest; fencerun's deadline comes before it.

@@ -82,7 +82,7 @@ class FakeLease {
 };
 
 // grace 400ms and margin 300ms: the stop signal goes out 700ms before the deadline, SIGKILL 300ms before.
-constexpr StopPolicy k_policy{SIGTERM, milliseconds(400), milliseconds(300)};
+constexpr StopPolicy k_policy{SIGTERM, {milliseconds(400), milliseconds(300)}};
 
 struct Supervised {
   Outcome outcome;

@@ -1,0 +1,97 @@
+#pragma once
+// Lease: what a job runs under. acquire() takes the lock, waiting if asked, and hands back a
+// HeldLease, which renews in the background, reports loss, and releases itself (owner-checked,
+// bounded by the request timeout) on every way out. The application knows only these two types:
+// the single-Redis lease (redis_lease.hpp) is one implementation; others (N holders, a quorum of
+// servers) are further implementations of the same interface. Knows nothing of processes.
+#include <chrono>
+#include <cstdint>
+#include <expected>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lease/timing.hpp"
+#include "util/clock.hpp"
+
+namespace fencerun::lease {
+
+// What one acquisition asks for.
+struct LeaseRequest {
+  std::string lock;   // NAME
+  std::string owner;  // unique and unpredictable: another client cannot renew or release our lock
+  long pid = 0;       // shown to other clients as the holder
+  std::string host;
+  LeaseTiming timing;
+  std::optional<milliseconds> wait = milliseconds::zero();  // nullopt: as long as it takes
+  bool fair = false;                                        // waiters acquire in arrival order
+  int min_replicas = 0;                                     // replicas that must confirm it
+  milliseconds replica_timeout{1000};
+  milliseconds request_timeout{2000};  // bound of every request
+};
+
+// The caller's side of waiting: a sleep that a signal may end.
+class Waiter {
+ public:
+  virtual ~Waiter() = default;
+  // Sleeps until `wake`, or until `fd` (when >= 0) is readable (then sets `woken`). Returns the signal
+  // that ended the sleep early, if one did; the lease then gives up holding nothing.
+  virtual std::optional<int> sleep_until(Deadline wake, int fd, bool& woken) = 0;
+};
+
+// Why acquire() returned without a lease.
+struct NotAcquired {
+  enum class Reason {
+    busy,         // held by another owner until the wait ran out
+    unavailable,  // the server could not be used, or did not confirm the lock (replicas)
+    interrupted,  // a signal ended the wait
+  };
+  Reason reason;
+  int signal = 0;  // interrupted: which
+};
+
+class HeldLease {
+ public:
+  enum class Released { yes, not_ours, failed };
+  struct Stats {
+    std::uint64_t renewals = 0;
+    std::uint64_t failures = 0;
+  };
+
+  // Stops renewing and releases the lock unless release() already did. Never throws.
+  virtual ~HeldLease() = default;
+
+  virtual std::uint64_t token() const = 0;
+  // The lease's end on this side as last known (the first one until renewals move it).
+  virtual Deadline deadline() const = 0;
+  // What the job is told of its lease: (name, value) pairs, e.g. {"FENCERUN_TOKEN", "42"}.
+  virtual std::vector<std::pair<std::string, std::string>> facts() const = 0;
+
+  // Starts renewing in the background; `on_renewed` gets each new deadline as soon as it is known
+  // (from the renewal thread). Throws std::system_error when it cannot start.
+  virtual void keep(std::function<void(Deadline)> on_renewed) = 0;
+  // Stops renewing (an in-flight request finishes first, within its bound).
+  virtual void stop_keeping() = 0;
+  // True once renewal found the lock gone or taken.
+  virtual bool lost() const = 0;
+  // Readable when lost() may have changed, or renewal gave up at the stop point; -1 before keep().
+  virtual int wake_fd() const = 0;
+  virtual Stats stats() const = 0;
+
+  // Owner-checked release, bounded by the request timeout. not_ours: the lock was gone or held by
+  // another owner by then.
+  virtual Released release() = 0;
+};
+
+class Lease {
+ public:
+  virtual ~Lease() = default;
+  // Acquires the lock, waiting as the request says. `waited` receives how long it took (until the lock
+  // was held or the wait ended). A HeldLease must not outlive the Lease that granted it.
+  virtual std::expected<std::unique_ptr<HeldLease>, NotAcquired> acquire(Waiter& waiter, milliseconds& waited) = 0;
+};
+
+}  // namespace fencerun::lease

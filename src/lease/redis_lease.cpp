@@ -1,0 +1,295 @@
+#include "lease/redis_lease.hpp"
+
+#include <algorithm>
+#include <optional>
+#include <random>
+#include <variant>
+
+#include "config/duration.hpp"
+#include "lease/keeper.hpp"
+#include "lease/lease_client.hpp"
+#include "log/log.hpp"
+#include "redis/client.hpp"
+
+namespace fencerun::lease {
+namespace {
+
+// Fair waiters try again within this long to keep their place (it expires after it).
+constexpr milliseconds k_fair_liveness{3000};
+
+// How long to sleep before trying a busy lock again. Subscribed waiters are woken by a release, so
+// they only need to look again when the holder's TTL runs out (it may have died), capped so a missed
+// message or a key without expiry costs at most a short delay. Without a subscription: back off from
+// 10ms to 500ms with jitter, again never past the holder's remaining TTL.
+milliseconds next_wait(int attempt, const Busy& busy, bool subscribed, bool fair, std::mt19937& rng) {
+  milliseconds pause;
+  if (subscribed) {
+    pause = milliseconds(2000);
+  } else {
+    milliseconds base = std::min(milliseconds(10) * (1 << std::min(attempt, 6)), milliseconds(500));
+    std::uniform_int_distribution<long> jitter(base.count() * 3 / 4, base.count() * 5 / 4);
+    pause = milliseconds(jitter(rng));
+  }
+  if (fair) pause = std::min(pause, k_fair_liveness / 3);
+  if (busy.remaining) pause = std::min(pause, *busy.remaining + milliseconds(1));
+  if (busy.turn_expires) pause = std::min(pause, *busy.turn_expires);
+  return std::max(pause, milliseconds(1));
+}
+
+// While waiting, a connection error is retried after this long (doubling from 100ms to 2s, jittered).
+milliseconds reconnect_pause(int failures, std::mt19937& rng) {
+  milliseconds base = std::min(milliseconds(100) * (1 << std::min(failures - 1, 5)), milliseconds(2000));
+  std::uniform_int_distribution<long> jitter(base.count() * 3 / 4, base.count() * 5 / 4);
+  return milliseconds(jitter(rng));
+}
+
+// Whether a failed acquire may still have set the lock on the server (the request was, or may have
+// been, written): then it is cleaned up by owner id.
+bool acquire_may_have_run(const redis::Error& e) {
+  // A reply fencerun could not make sense of came from a script that ran.
+  return e.maybe_executed || e.kind == redis::Error::Kind::protocol;
+}
+
+milliseconds since(Deadline t) { return std::chrono::duration_cast<milliseconds>(BootClock::now() - t); }
+
+class RedisHeldLease final : public HeldLease {
+ public:
+  RedisHeldLease(LeaseClient& client, Acquired acquired, const RedisLeaseTarget& target, const LeaseRequest& request)
+      : m_client(client), m_acquired(std::move(acquired)), m_target(target), m_request(request),
+        m_schedule(request.timing), m_context{request.lock, std::to_string(m_acquired.token)} {}
+
+  ~RedisHeldLease() override {
+    try {
+      stop_keeping();
+      if (!m_released) release();
+    } catch (...) {  // a destructor must not throw; the lock expires by itself
+    }
+  }
+
+  std::uint64_t token() const override { return m_acquired.token; }
+  Deadline deadline() const override {
+    return m_keeper ? m_keeper->deadline() : m_schedule.deadline_after(m_acquired.sent);
+  }
+  std::vector<std::pair<std::string, std::string>> facts() const override {
+    return {{"FENCERUN_TOKEN", std::to_string(m_acquired.token)},
+            {"FENCERUN_LOCK", m_request.lock},
+            {"FENCERUN_OWNER", m_request.owner},
+            {"FENCERUN_TTL_MS", std::to_string(m_request.timing.ttl.count())},
+            {"FENCERUN_REDIS_URL", m_target.redacted_url}};
+  }
+
+  void keep(std::function<void(Deadline)> on_renewed) override {
+    m_keeper.emplace(m_client, m_acquired, m_schedule, m_request.request_timeout, m_context, std::move(on_renewed));
+  }
+  void stop_keeping() override {
+    if (m_keeper) m_keeper->stop();
+  }
+  bool lost() const override { return m_keeper && m_keeper->lost(); }
+  int wake_fd() const override { return m_keeper ? m_keeper->wake_fd() : -1; }
+  Stats stats() const override {
+    if (!m_keeper) return {};
+    auto s = m_keeper->stats();
+    return {s.renewals, s.failures};
+  }
+
+  Released release() override {
+    stop_keeping();
+    m_released = true;
+    auto released = m_client.release(m_request.owner, m_acquired.value, server_has_delex(m_acquired.server_version),
+                                     BootClock::now() + m_request.request_timeout);
+    if (!released) {
+      log::event(log::Level::warn, "release_failed",
+                 "could not release the lock (it expires by itself): " + released.error().message, m_context);
+      return Released::failed;
+    }
+    if (*released) {
+      log::event(log::Level::info, "released", "released lock", m_context);
+      return Released::yes;
+    }
+    return Released::not_ours;
+  }
+
+ private:
+  LeaseClient& m_client;
+  Acquired m_acquired;
+  const RedisLeaseTarget& m_target;
+  const LeaseRequest& m_request;
+  LeaseSchedule m_schedule;
+  log::Context m_context;
+  // The keeper stays (stopped) after stop_keeping(), so deadline(), lost() and the stats still answer.
+  std::optional<LeaseKeeper> m_keeper;
+  bool m_released = false;
+};
+
+class RedisLease final : public Lease {
+ public:
+  RedisLease(RedisLeaseTarget target, LeaseRequest request)
+      : m_target(std::move(target)), m_request(std::move(request)), m_client(m_target.endpoint),
+        m_lease(m_client, keys_for(m_target.key_prefix, m_request.lock)) {}
+
+  std::expected<std::unique_ptr<HeldLease>, NotAcquired> acquire(Waiter& waiter, milliseconds& waited) override;
+
+ private:
+  void log_unavailable(const redis::Error& e) const {
+    log::event(log::Level::error, "redis_unavailable",
+               "cannot use Redis at " + m_target.redacted_url + ": " + e.message,
+               {{"lock", m_request.lock}, {"kind", redis::to_string(e.kind)}});
+  }
+  void leave_queue() {
+    if (m_request.fair)
+      [[maybe_unused]] auto left = m_lease.leave_queue(m_request.owner, BootClock::now() + m_request.request_timeout);
+  }
+  // Sleeps until `wake` unless a signal ends the wait first; then gives up the queue place.
+  std::optional<int> pause_until(Waiter& waiter, Deadline wake, int fd, bool& woken) {
+    auto sig = waiter.sleep_until(wake, fd, woken);
+    if (sig) leave_queue();
+    return sig;
+  }
+  std::expected<std::unique_ptr<HeldLease>, NotAcquired> granted(Acquired acquired);
+
+  RedisLeaseTarget m_target;
+  LeaseRequest m_request;
+  redis::Client m_client;
+  LeaseClient m_lease;
+};
+
+std::expected<std::unique_ptr<HeldLease>, NotAcquired> RedisLease::acquire(Waiter& waiter, milliseconds& waited) {
+  const Deadline began = BootClock::now();
+  const LeaseSchedule schedule(m_request.timing);
+  const auto timeout = m_request.request_timeout;
+  const auto refuse = [&](NotAcquired::Reason why, int signal = 0) {
+    waited = since(began);
+    return std::unexpected(NotAcquired{why, signal});
+  };
+
+  // A waiter subscribes to the lock's release channel after its first busy answer and then tries once
+  // more at once, so no release can slip between a try and the wait; a release then wakes it
+  // immediately, and a holder that died is noticed at its remaining TTL.
+  std::optional<Deadline> wait_until;
+  if (m_request.wait) wait_until = began + *m_request.wait;
+  const Fairness fairness{m_request.fair, k_fair_liveness};
+  std::mt19937 rng(std::random_device{}());
+  std::optional<redis::Client> subscriber;
+  bool subscribe_tried = false;
+  int connection_failures = 0;
+  for (int attempt = 0;; ++attempt) {
+    // A reply that comes after the stop point is of no use (the command could not start), so no
+    // acquire request waits longer than that, whatever --timeout says.
+    Deadline now = BootClock::now();
+    Deadline bound = std::min(now + timeout, schedule.stop_at(schedule.deadline_after(now)));
+    auto result = m_lease.try_acquire(m_request.owner, m_request.timing.ttl, m_request.pid, m_request.host,
+                                      {m_request.min_replicas, m_request.replica_timeout}, fairness, bound);
+    if (!result) {
+      const redis::Error& error = result.error();
+      if (acquire_may_have_run(error)) {
+        // The request may have run on the server after all: release what we may hold (by owner id).
+        // Kept short: an unresponsive server will not answer this either, and the lock expires anyway.
+        auto cleanup = std::min<milliseconds>(timeout / 4, milliseconds(200));
+        [[maybe_unused]] auto cleaned = m_lease.release(m_request.owner, std::nullopt, false, BootClock::now() + cleanup);
+      }
+      bool retryable = error.kind == redis::Error::Kind::connection || error.kind == redis::Error::Kind::timeout;
+      now = BootClock::now();
+      if (!retryable || !wait_until || now >= *wait_until) {
+        log_unavailable(error);
+        leave_queue();
+        return refuse(NotAcquired::Reason::unavailable);
+      }
+      // Waiting: a restart or a failover of the server is not the end of the wait.
+      ++connection_failures;
+      Deadline wake = std::min(now + reconnect_pause(connection_failures, rng), *wait_until);
+      auto retry_in = std::chrono::duration_cast<milliseconds>(wake - now);
+      log::event(log::Level::warn, "redis_retry",
+                 "cannot use Redis at " + m_target.redacted_url + ": " + error.message +
+                     "; trying again while the wait lasts",
+                 {{"lock", m_request.lock}, {"kind", redis::to_string(error.kind)},
+                  log::millis("retry_in", retry_in, config::format_duration(retry_in))});
+      subscriber.reset();
+      subscribe_tried = false;
+      bool woken = false;
+      if (auto sig = pause_until(waiter, wake, -1, woken)) return refuse(NotAcquired::Reason::interrupted, *sig);
+      continue;
+    }
+    if (connection_failures > 0) {
+      log::event(log::Level::info, "redis_recovered", "Redis answers again", {{"lock", m_request.lock}});
+      connection_failures = 0;
+    }
+    if (auto* got = std::get_if<Acquired>(&*result)) {
+      subscriber.reset();
+      waited = since(began);
+      return granted(std::move(*got));
+    }
+    const auto& busy = std::get<Busy>(*result);
+    now = BootClock::now();
+    if (wait_until && now >= *wait_until) {
+      log::event(log::Level::info, "busy",
+                 m_request.wait->count() == 0 ? "lock is busy" : "lock is still busy: wait ran out",
+                 {{"lock", m_request.lock},
+                  {"holder_pid", busy.holder.pid ? std::to_string(*busy.holder.pid) : "unknown"},
+                  {"holder_host", busy.holder.host.empty() ? "unknown" : busy.holder.host},
+                  busy.remaining ? log::millis("ttl", *busy.remaining, config::format_duration(*busy.remaining))
+                                 : log::Field{"ttl", "none"}});
+      leave_queue();
+      return refuse(NotAcquired::Reason::busy);
+    }
+    if (!subscribe_tried) {
+      subscribe_tried = true;
+      log::event(log::Level::info, "waiting", "lock is busy, waiting", {{"lock", m_request.lock}});
+      subscriber.emplace(m_target.endpoint);
+      if (auto ok = subscriber->subscribe(m_lease.keys().released, BootClock::now() + timeout); !ok) {
+        log::event(log::Level::debug, "subscribe_failed",
+                   "cannot subscribe to release events, polling instead: " + ok.error().message,
+                   {{"lock", m_request.lock}});
+        subscriber.reset();
+      }
+      continue;  // try again now: a release may have come before the subscription
+    }
+    Deadline wake = now + next_wait(attempt, busy, subscriber.has_value(), m_request.fair, rng);
+    if (wait_until) wake = std::min(wake, *wait_until);
+    bool woken = false;
+    int fd = subscriber ? subscriber->wake_fd() : -1;
+    if (!(subscriber && subscriber->has_buffered_messages())) {
+      if (auto sig = pause_until(waiter, wake, fd, woken)) return refuse(NotAcquired::Reason::interrupted, *sig);
+    }
+    if (subscriber && (woken || subscriber->has_buffered_messages())) {
+      if (auto n = subscriber->drain_messages(); !n) subscriber.reset();  // fall back to polling
+    }
+  }
+}
+
+std::expected<std::unique_ptr<HeldLease>, NotAcquired> RedisLease::granted(Acquired acquired) {
+  const log::Context context{m_request.lock, std::to_string(acquired.token)};
+  const bool clock_behind = acquired.server_clock_behind;
+  const auto gap = std::chrono::duration_cast<milliseconds>(acquired.server_clock_gap);
+  const long long acked = acquired.replicas_acked.value_or(0);
+  // From here on the lease is released on every way out.
+  auto held = std::make_unique<RedisHeldLease>(m_lease, std::move(acquired), m_target, m_request);
+  log::event(log::Level::info, "acquired", "acquired lock", context,
+             {log::millis("ttl", m_request.timing.ttl, config::format_duration(m_request.timing.ttl))});
+  if (clock_behind) {
+    // Only the counter kept this token above the last one: had it been lost, the clock would have
+    // issued a smaller token, and guards would reject every holder until the clock caught up.
+    const long long tenths = (gap.count() + 50) / 100;
+    log::event(log::Level::warn, "clock_behind",
+               "the Redis server's clock is " + std::to_string(tenths / 10) + "." + std::to_string(tenths % 10) +
+                   "s behind the last token: tokens rely on the counter alone",
+               context, {{"behind_ms", std::to_string(gap.count())}});
+  }
+  if (m_request.min_replicas > 0 && acked < m_request.min_replicas) {
+    log::event(log::Level::error, "replicas_missing",
+               "only " + std::to_string(acked) + " of " + std::to_string(m_request.min_replicas) +
+                   " replicas confirmed the lock within " + config::format_duration(m_request.replica_timeout) +
+                   "; releasing it",
+               context);
+    held->release();
+    return std::unexpected(NotAcquired{NotAcquired::Reason::unavailable});
+  }
+  return held;
+}
+
+}  // namespace
+
+std::unique_ptr<Lease> make_redis_lease(RedisLeaseTarget target, LeaseRequest request) {
+  return std::make_unique<RedisLease>(std::move(target), std::move(request));
+}
+
+}  // namespace fencerun::lease
