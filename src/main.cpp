@@ -1,4 +1,5 @@
-// parse -> configure -> run -> exit code. The only catch-all, and the only place that picks the status.
+// parse -> configure -> run -> exit code. The one place that catches errors and picks the status for
+// them (util/error.hpp).
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -84,12 +85,18 @@ int main(int argc, char** argv) {
     app::Exit exit = app::run(config);
     if (exit.signal) supervisor::die_by_signal(exit.signal);  // returns only if that signal is ignored
     return exit.code;
-  } catch (const UsageError& e) {
+  } catch (const Error& e) {
+    // The one place errors are reported; the kind picks the exit code (util/error.hpp).
     std::string_view message = e.what();
-    std::fprintf(stderr, "fencerun: %s%s\n", e.what(),
-                 message.find("--help") == std::string_view::npos ? " (see fencerun --help)" : "");
-    return exit_code::k_usage;
-  } catch (const std::exception& e) {
+    if (e.kind() == ErrorKind::usage)
+      std::fprintf(stderr, "fencerun: %s%s\n", e.what(),
+                   message.find("--help") == std::string_view::npos ? " (see fencerun --help)" : "");
+    else if (e.kind() == ErrorKind::internal)
+      std::fprintf(stderr, "fencerun: internal error: %s\n", e.what());
+    else
+      std::fprintf(stderr, "fencerun: %s\n", e.what());
+    return e.exit_code();
+  } catch (const std::exception& e) {  // a library's own (std::bad_alloc, ...): fencerun's failure
     std::fprintf(stderr, "fencerun: internal error: %s\n", e.what());
     return exit_code::k_internal;
   }

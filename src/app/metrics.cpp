@@ -1,5 +1,6 @@
 #include "app/metrics.hpp"
 
+#include <expected>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -67,14 +68,14 @@ std::string format_metrics(const RunReport& r) {
   return out;
 }
 
-std::optional<std::string> write_metrics_file(const std::string& path, const RunReport& report) {
+std::expected<void, std::string> write_metrics_file(const std::string& path, const RunReport& report) {
   const std::string content = format_metrics(report);
   auto slash = path.rfind('/');
   std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
   // The collector reads *.prom files: the temp name must not end in .prom.
   std::string tmp = path + ".tmp-" + random_hex(6);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return "cannot create " + tmp + ": " + std::strerror(errno);
+  if (fd < 0) return std::unexpected("cannot create " + tmp + ": " + std::strerror(errno));
   const char* p = content.data();
   std::size_t left = content.size();
   while (left > 0) {
@@ -84,7 +85,7 @@ std::optional<std::string> write_metrics_file(const std::string& path, const Run
       std::string err = std::strerror(errno);
       ::close(fd);
       ::unlink(tmp.c_str());
-      return "cannot write " + tmp + ": " + err;
+      return std::unexpected("cannot write " + tmp + ": " + err);
     }
     p += n;
     left -= static_cast<std::size_t>(n);
@@ -95,19 +96,19 @@ std::optional<std::string> write_metrics_file(const std::string& path, const Run
   if (!synced || !closed) {
     std::string err = std::strerror(synced ? errno : sync_errno);
     ::unlink(tmp.c_str());
-    return "cannot write " + tmp + ": " + err;
+    return std::unexpected("cannot write " + tmp + ": " + err);
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     std::string err = std::strerror(errno);
     ::unlink(tmp.c_str());
-    return "cannot rename " + tmp + " to " + path + ": " + err;
+    return std::unexpected("cannot rename " + tmp + " to " + path + ": " + err);
   }
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     ::fsync(dfd);
     ::close(dfd);
   }
-  return std::nullopt;
+  return {};
 }
 
 }  // namespace fencerun::app

@@ -3,6 +3,7 @@
 // format) for cron users who want alerts on their jobs. Written atomically: temp file, fsync, rename.
 #include <chrono>
 #include <cstdint>
+#include <expected>
 #include <optional>
 #include <string>
 
@@ -24,7 +25,7 @@ struct RunReport {
 // The textfile's content.
 std::string format_metrics(const RunReport& report);
 
-// Writes `format_metrics(report)` to `path` atomically. Returns an error message on failure.
-std::optional<std::string> write_metrics_file(const std::string& path, const RunReport& report);
+// Writes `format_metrics(report)` to `path` atomically; the error says what failed.
+std::expected<void, std::string> write_metrics_file(const std::string& path, const RunReport& report);
 
 }  // namespace fencerun::app

@@ -191,8 +191,9 @@ Exit run(const config::Config& c) {
   report.exit_code = code.code;
   report.ended = std::chrono::system_clock::now();
   if (c.metrics_file) {
-    if (auto err = write_metrics_file(*c.metrics_file, report))
-      log::event(log::Level::warn, "metrics_failed", "cannot write the metrics file: " + *err, {{"lock", c.run.lock}});
+    if (auto written = write_metrics_file(*c.metrics_file, report); !written)
+      log::event(log::Level::warn, "metrics_failed", "cannot write the metrics file: " + written.error(),
+                 {{"lock", c.run.lock}});
   }
   return code;
 }

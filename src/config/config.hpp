@@ -41,8 +41,8 @@ struct RunConfig {
   int kill_signal = 15;
   std::optional<milliseconds> wait;  // nullopt: wait forever ("inf")
   bool fair = false;                 // waiters acquire in the order they began waiting
-  int conflict_exit_code = 75;
-  int lease_lost_exit_code = 124;
+  int conflict_exit_code = exit_code::k_conflict_default;
+  int lease_lost_exit_code = exit_code::k_lease_lost_default;
   std::vector<std::string> command;  // with --shell: {"/bin/sh", "-c", COMMAND}
   int min_replicas = 0;               // WAIT for this many replicas after acquiring
   milliseconds replica_timeout{1000};

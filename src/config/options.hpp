@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "util/exit_code.hpp"
+
 namespace fencerun::config {
 
 enum class Subcommand { run, status, acl, version, help };
@@ -21,8 +23,8 @@ struct Options {
   std::string wait = "0";
   bool fair = false;
   std::optional<std::string> metrics_file;
-  int conflict_exit_code = 75;
-  int lease_lost_exit_code = 124;
+  int conflict_exit_code = exit_code::k_conflict_default;
+  int lease_lost_exit_code = exit_code::k_lease_lost_default;
   std::string timeout = "2s";
   std::string key_prefix = "fencerun:";
   bool shell = false;

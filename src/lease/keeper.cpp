@@ -5,8 +5,10 @@
 
 #include <system_error>
 
+
 #include "config/duration.hpp"
 #include "log/log.hpp"
+#include "util/error.hpp"
 
 namespace fencerun::lease {
 
@@ -22,8 +24,12 @@ LeaseKeeper::LeaseKeeper(LeaseClient& lease, const Acquired& acquired, LeaseSche
       m_on_renewed(std::move(on_renewed)),
       m_deadline_ns(schedule.deadline_after(acquired.sent).time_since_epoch().count()),
       m_wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
-  if (!m_wake) throw std::system_error(errno, std::generic_category(), "eventfd");
-  m_thread = std::thread([this] { run(); });
+  if (!m_wake) throw SystemError("eventfd");
+  try {
+    m_thread = std::thread([this] { run(); });
+  } catch (const std::system_error& e) {
+    throw SystemError("cannot start the renewal thread", e.code().value());
+  }
 }
 
 LeaseKeeper::~LeaseKeeper() { stop(); }

@@ -71,7 +71,7 @@ class HeldLease {
   virtual std::vector<std::pair<std::string, std::string>> facts() const = 0;
 
   // Starts renewing in the background; `on_renewed` gets each new deadline as soon as it is known
-  // (from the renewal thread). Throws std::system_error when it cannot start.
+  // (from the renewal thread). Throws SystemError when it cannot start.
   virtual void keep(std::function<void(Deadline)> on_renewed) = 0;
   // Stops renewing (an in-flight request finishes first, within its bound).
   virtual void stop_keeping() = 0;

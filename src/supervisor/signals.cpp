@@ -1,4 +1,5 @@
 #include "supervisor/signals.hpp"
+#include "util/error.hpp"
 
 #include <poll.h>
 #include <pthread.h>
@@ -10,7 +11,6 @@
 #include <cctype>
 #include <cerrno>
 #include <charconv>
-#include <system_error>
 #include <tuple>
 
 namespace fencerun::supervisor {
@@ -141,13 +141,13 @@ SignalChannel::SignalChannel() {
   sigdelset(&blocked, SIGKILL);
   sigdelset(&blocked, SIGSTOP);
   if (int rc = ::pthread_sigmask(SIG_BLOCK, &blocked, &m_original); rc != 0)
-    throw std::system_error(rc, std::generic_category(), "pthread_sigmask");
+    throw SystemError("pthread_sigmask", rc);
   // PIPE stays blocked but is never read: a write to a closed socket returns EPIPE instead, and a
   // SIGPIPE raised by fencerun's own write is not the job's business.
   sigset_t handled = blocked;
   sigdelset(&handled, SIGPIPE);
   m_fd.reset(::signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK));
-  if (!m_fd) throw std::system_error(errno, std::generic_category(), "signalfd");
+  if (!m_fd) throw SystemError("signalfd");
 }
 
 SignalChannel::~SignalChannel() { ::pthread_sigmask(SIG_SETMASK, &m_original, nullptr); }

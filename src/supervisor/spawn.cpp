@@ -13,6 +13,8 @@
 #include <ctime>
 #include <cstring>
 
+#include "util/exit_code.hpp"
+
 namespace fencerun::supervisor {
 namespace {
 
@@ -93,8 +95,8 @@ std::expected<std::string, SpawnError> resolve_executable(const std::string& nam
   if (name.find('/') != std::string::npos) {
     int err = 0;
     if (is_executable_file(name, err)) return name;
-    if (err == ENOENT || err == ENOTDIR) return std::unexpected(SpawnError{127, name + ": No such file or directory"});
-    return std::unexpected(SpawnError{126, name + ": " + std::strerror(err)});
+    if (err == ENOENT || err == ENOTDIR) return std::unexpected(SpawnError{exit_code::k_not_found, name + ": No such file or directory"});
+    return std::unexpected(SpawnError{exit_code::k_cannot_execute, name + ": " + std::strerror(err)});
   }
   bool found_unusable = false;
   int unusable_err = 0;
@@ -113,8 +115,8 @@ std::expected<std::string, SpawnError> resolve_executable(const std::string& nam
     if (colon == std::string_view::npos) break;
     dirs.remove_prefix(colon + 1);
   }
-  if (found_unusable) return std::unexpected(SpawnError{126, name + ": " + std::strerror(unusable_err)});
-  return std::unexpected(SpawnError{127, name + ": command not found"});
+  if (found_unusable) return std::unexpected(SpawnError{exit_code::k_cannot_execute, name + ": " + std::strerror(unusable_err)});
+  return std::unexpected(SpawnError{exit_code::k_not_found, name + ": command not found"});
 }
 
 std::expected<pid_t, SpawnError> spawn(const SpawnRequest& request) {
@@ -144,9 +146,9 @@ std::expected<pid_t, SpawnError> spawn(const SpawnRequest& request) {
   std::error_code ec;
   bp::child child(bp::exe = *exe, setup, ec);
   if (ec && ec.value() == ETIME)
-    return std::unexpected(SpawnError{126, "the lease ran short before the command could start", true});
+    return std::unexpected(SpawnError{exit_code::k_cannot_execute, "the lease ran short before the command could start", true});
   if (ec) {
-    int code = ec.value() == ENOENT ? 127 : 126;
+    int code = ec.value() == ENOENT ? exit_code::k_not_found : exit_code::k_cannot_execute;
     return std::unexpected(SpawnError{code, request.argv.front() + ": " + std::strerror(ec.value())});
   }
   pid_t pid = child.id();

@@ -10,10 +10,11 @@
 #include <cerrno>
 #include <algorithm>
 #include <cstring>
-#include <system_error>
 
 #include "log/log.hpp"
+#include "util/exit_code.hpp"
 #include "supervisor/proctree.hpp"
+#include "util/error.hpp"
 
 namespace fencerun::supervisor {
 namespace {
@@ -85,7 +86,7 @@ std::expected<pid_t, SpawnError> Supervisor::start(std::vector<std::string> argv
                                                    Deadline deadline) {
   const Deadline stop_at = m_policy.points.stop_at(deadline);
   if (BootClock::now() >= stop_at)
-    return std::unexpected(SpawnError{126, "the lease ran short before the command could start", true});
+    return std::unexpected(SpawnError{exit_code::k_cannot_execute, "the lease ran short before the command could start", true});
   // Orphaned descendants are re-parented to fencerun, so it can reap them and see the group empty.
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   std::string why_not;
@@ -136,7 +137,7 @@ std::expected<pid_t, SpawnError> Supervisor::start(std::vector<std::string> argv
       drop_watchdog(true);
       std::string path = m_cgroup->path();
       m_cgroup.reset();
-      return std::unexpected(SpawnError{126, "the command could not join its cgroup " + path});
+      return std::unexpected(SpawnError{exit_code::k_cannot_execute, "the command could not join its cgroup " + path});
     }
     why_not = "the command could not join " + m_cgroup->path();
     m_cgroup.reset();
@@ -215,7 +216,7 @@ void Supervisor::signal_job(int signo) {
 Outcome Supervisor::supervise(const LeaseWatch& lease) {
   Outcome out;
   UniqueFd timer(::timerfd_create(CLOCK_BOOTTIME, TFD_CLOEXEC | TFD_NONBLOCK));
-  if (!timer) throw std::system_error(errno, std::generic_category(), "timerfd_create");
+  if (!timer) throw SystemError("timerfd_create");
 
   enum class State { running, stopping, killed } state = State::running;
   Deadline kill_at{};
@@ -282,7 +283,7 @@ Outcome Supervisor::supervise(const LeaseWatch& lease) {
 
     pollfd fds[3] = {{m_signals.fd(), POLLIN, 0}, {timer.get(), POLLIN, 0}, {lease.wake_fd, POLLIN, 0}};
     int n = ::poll(fds, lease.wake_fd >= 0 ? 3 : 2, -1);
-    if (n < 0 && errno != EINTR) throw std::system_error(errno, std::generic_category(), "poll");
+    if (n < 0 && errno != EINTR) throw SystemError("poll");
     if (fds[1].revents) drain(timer.get());
     if (lease.wake_fd >= 0 && fds[2].revents) drain(lease.wake_fd);
     while (auto received = m_signals.read_one_received()) {

@@ -12,8 +12,8 @@
 
 #include "supervisor/cgroup.hpp"
 #include "supervisor/proctree.hpp"
+#include "util/error.hpp"
 #include <cerrno>
-#include <system_error>
 
 namespace fencerun::supervisor {
 namespace {
@@ -154,14 +154,14 @@ void remove_cgroup(const WatchdogTargets& targets) {
 
 Watchdog::Watchdog(int kill_signal, WatchdogTargets targets, std::chrono::milliseconds slack) {
   int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category(), "pipe2");
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw SystemError("pipe2");
   UniqueFd read_end(fds[0]);
   m_pipe.reset(fds[1]);
   // Never block a writer (the renewal thread) on a watchdog that is itself stopped: a full pipe drops
   // the update, and the watchdog acts on the points it already has, which only errs on the safe side.
   ::fcntl(fds[1], F_SETFL, O_NONBLOCK);
   m_pid = ::fork();
-  if (m_pid < 0) throw std::system_error(errno, std::generic_category(), "fork");
+  if (m_pid < 0) throw SystemError("fork");
   if (m_pid == 0)
     watchdog_main(read_end.get(), targets, kill_signal,
                   std::chrono::duration_cast<std::chrono::nanoseconds>(slack).count());

@@ -41,7 +41,7 @@ struct WatchdogTargets {
 class Watchdog {
  public:
   // Forks the watchdog. `kill_signal` is sent at the stop point, SIGKILL at the kill point.
-  // Throws std::system_error when it cannot fork.
+  // Throws SystemError when it cannot fork.
   explicit Watchdog(int kill_signal = 15, WatchdogTargets targets = {},
                     std::chrono::milliseconds slack = std::chrono::milliseconds(20));
   // Without disarm(): the watchdog SIGKILLs the job (this is what an exception unwinding past a

@@ -1,9 +1,9 @@
 #include "util/random.hpp"
+#include "util/error.hpp"
 
 #include <sys/random.h>
 
 #include <cerrno>
-#include <system_error>
 #include <vector>
 
 namespace fencerun {
@@ -15,7 +15,7 @@ std::string random_hex(std::size_t bytes) {
     ssize_t n = ::getrandom(buf.data() + got, bytes - got, 0);
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw std::system_error(errno, std::generic_category(), "getrandom");
+      throw SystemError("getrandom");
     }
     got += static_cast<std::size_t>(n);
   }

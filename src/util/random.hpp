@@ -5,7 +5,7 @@
 
 namespace fencerun {
 
-// `bytes` random bytes from getrandom(2), hex-encoded (2 * bytes characters). Throws std::system_error
+// `bytes` random bytes from getrandom(2), hex-encoded (2 * bytes characters). Throws SystemError
 // if the kernel cannot supply them.
 std::string random_hex(std::size_t bytes);
 

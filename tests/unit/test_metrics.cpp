@@ -120,7 +120,7 @@ TEST(metrics, writes_the_file_atomically_and_leaves_no_temp_file) {
   fs::path file = dir / "fencerun_nightly.prom";
   std::ofstream(file) << "old content\n";
 
-  EXPECT_EQ(write_metrics_file(file.string(), sample_report()), std::nullopt);
+  EXPECT_TRUE(write_metrics_file(file.string(), sample_report()).has_value());
   std::ifstream in(file);
   std::stringstream text;
   text << in.rdbuf();
@@ -134,8 +134,9 @@ TEST(metrics, writes_the_file_atomically_and_leaves_no_temp_file) {
 }
 
 TEST(metrics, reports_a_file_it_cannot_write) {
-  auto error = write_metrics_file("/nonexistent-dir/fencerun.prom", sample_report());
-  ASSERT_TRUE(error.has_value());
-  EXPECT_TRUE(error->starts_with("cannot create /nonexistent-dir/fencerun.prom.tmp-")) << *error;
-  EXPECT_TRUE(error->ends_with(": No such file or directory")) << *error;
+  auto written = write_metrics_file("/nonexistent-dir/fencerun.prom", sample_report());
+  ASSERT_FALSE(written.has_value());
+  const std::string& error = written.error();
+  EXPECT_TRUE(error.starts_with("cannot create /nonexistent-dir/fencerun.prom.tmp-")) << error;
+  EXPECT_TRUE(error.ends_with(": No such file or directory")) << error;
 }

@@ -1,0 +1,19 @@
+#pragma once
+// Exit codes: what fencerun returns for each outcome (the man page's EXIT STATUS). The one table:
+// every part of fencerun names its codes from here.
+namespace fencerun::exit_code {
+
+inline constexpr int k_ok = 0;
+inline constexpr int k_io = 1;                      // fence: the guarded write itself failed
+inline constexpr int k_status_free = 3;             // status: the lock is free
+inline constexpr int k_usage = 64;                  // bad options or input (EX_USAGE)
+inline constexpr int k_unavailable = 69;            // Redis cannot be used (EX_UNAVAILABLE)
+inline constexpr int k_internal = 70;               // fencerun's own failure (EX_SOFTWARE)
+inline constexpr int k_conflict_default = 75;       // the lock is busy (EX_TEMPFAIL); --conflict-exit-code
+inline constexpr int k_fence_stale = 77;            // fence: a stale token was rejected
+inline constexpr int k_lease_lost_default = 124;    // the lease was lost (as timeout(1)); --lease-lost-exit-code
+inline constexpr int k_cannot_execute = 126;        // COMMAND found but not executable
+inline constexpr int k_not_found = 127;             // COMMAND not found
+inline constexpr int k_signal_base = 128;           // + N: ended by signal N
+
+}  // namespace fencerun::exit_code
