@@ -147,6 +147,41 @@ class RedisLease final : public Lease {
   }
   std::expected<std::unique_ptr<HeldLease>, NotAcquired> granted(Acquired acquired);
 
+  // A failed acquire that may have run on the server is undone by owner id. Kept short: an
+  // unresponsive server will not answer this either, and the lock expires anyway.
+  void clean_up_after(const redis::Error& error) {
+    if (!acquire_may_have_run(error)) return;
+    auto cleanup = std::min<milliseconds>(m_request.request_timeout / 4, milliseconds(200));
+    [[maybe_unused]] auto cleaned = m_lease.release(m_request.owner, std::nullopt, false, BootClock::now() + cleanup);
+  }
+  void log_retry(const redis::Error& error, milliseconds retry_in) const {
+    log::event(log::Level::warn, "redis_retry",
+               "cannot use Redis at " + m_target.redacted_url + ": " + error.message +
+                   "; trying again while the wait lasts",
+               {{"lock", m_request.lock}, {"kind", redis::to_string(error.kind)},
+                log::millis("retry_in", retry_in, config::format_duration(retry_in))});
+  }
+  void log_busy(const Busy& busy) const {
+    log::event(log::Level::info, "busy",
+               m_request.wait->count() == 0 ? "lock is busy" : "lock is still busy: wait ran out",
+               {{"lock", m_request.lock},
+                {"holder_pid", busy.holder.pid ? std::to_string(*busy.holder.pid) : "unknown"},
+                {"holder_host", busy.holder.host.empty() ? "unknown" : busy.holder.host},
+                busy.remaining ? log::millis("ttl", *busy.remaining, config::format_duration(*busy.remaining))
+                               : log::Field{"ttl", "none"}});
+  }
+  // A second connection subscribed to the lock's release channel, or nothing (then the wait polls).
+  std::optional<redis::Client> subscribe() {
+    std::optional<redis::Client> subscriber(std::in_place, m_target.endpoint);
+    if (auto ok = subscriber->subscribe(m_lease.keys().released, BootClock::now() + m_request.request_timeout); !ok) {
+      log::event(log::Level::debug, "subscribe_failed",
+                 "cannot subscribe to release events, polling instead: " + ok.error().message,
+                 {{"lock", m_request.lock}});
+      subscriber.reset();
+    }
+    return subscriber;
+  }
+
   RedisLeaseTarget m_target;
   LeaseRequest m_request;
   redis::Client m_client;
@@ -181,12 +216,7 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> RedisLease::acquire(Waite
                                       {m_request.min_replicas, m_request.replica_timeout}, fairness, bound);
     if (!result) {
       const redis::Error& error = result.error();
-      if (acquire_may_have_run(error)) {
-        // The request may have run on the server after all: release what we may hold (by owner id).
-        // Kept short: an unresponsive server will not answer this either, and the lock expires anyway.
-        auto cleanup = std::min<milliseconds>(timeout / 4, milliseconds(200));
-        [[maybe_unused]] auto cleaned = m_lease.release(m_request.owner, std::nullopt, false, BootClock::now() + cleanup);
-      }
+      clean_up_after(error);
       bool retryable = error.kind == redis::Error::Kind::connection || error.kind == redis::Error::Kind::timeout;
       now = BootClock::now();
       if (!retryable || !wait_until || now >= *wait_until) {
@@ -197,12 +227,7 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> RedisLease::acquire(Waite
       // Waiting: a restart or a failover of the server is not the end of the wait.
       ++connection_failures;
       Deadline wake = std::min(now + reconnect_pause(connection_failures, rng), *wait_until);
-      auto retry_in = std::chrono::duration_cast<milliseconds>(wake - now);
-      log::event(log::Level::warn, "redis_retry",
-                 "cannot use Redis at " + m_target.redacted_url + ": " + error.message +
-                     "; trying again while the wait lasts",
-                 {{"lock", m_request.lock}, {"kind", redis::to_string(error.kind)},
-                  log::millis("retry_in", retry_in, config::format_duration(retry_in))});
+      log_retry(error, std::chrono::duration_cast<milliseconds>(wake - now));
       subscriber.reset();
       subscribe_tried = false;
       bool woken = false;
@@ -221,26 +246,14 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> RedisLease::acquire(Waite
     const auto& busy = std::get<Busy>(*result);
     now = BootClock::now();
     if (wait_until && now >= *wait_until) {
-      log::event(log::Level::info, "busy",
-                 m_request.wait->count() == 0 ? "lock is busy" : "lock is still busy: wait ran out",
-                 {{"lock", m_request.lock},
-                  {"holder_pid", busy.holder.pid ? std::to_string(*busy.holder.pid) : "unknown"},
-                  {"holder_host", busy.holder.host.empty() ? "unknown" : busy.holder.host},
-                  busy.remaining ? log::millis("ttl", *busy.remaining, config::format_duration(*busy.remaining))
-                                 : log::Field{"ttl", "none"}});
+      log_busy(busy);
       leave_queue();
       return refuse(NotAcquired::Reason::busy);
     }
     if (!subscribe_tried) {
       subscribe_tried = true;
       log::event(log::Level::info, "waiting", "lock is busy, waiting", {{"lock", m_request.lock}});
-      subscriber.emplace(m_target.endpoint);
-      if (auto ok = subscriber->subscribe(m_lease.keys().released, BootClock::now() + timeout); !ok) {
-        log::event(log::Level::debug, "subscribe_failed",
-                   "cannot subscribe to release events, polling instead: " + ok.error().message,
-                   {{"lock", m_request.lock}});
-        subscriber.reset();
-      }
+      subscriber = subscribe();
       continue;  // try again now: a release may have come before the subscription
     }
     Deadline wake = now + next_wait(attempt, busy, subscriber.has_value(), m_request.fair, rng);
