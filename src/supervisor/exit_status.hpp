@@ -4,12 +4,16 @@
 namespace fencerun {
 
 namespace exit_code {
+inline constexpr int k_success = 0;
 inline constexpr int k_usage = 64;
 inline constexpr int k_unavailable = 69;
 inline constexpr int k_internal = 70;
 inline constexpr int k_conflict_default = 75;
 inline constexpr int k_status_free = 3;
 inline constexpr int k_fence_stale = 77;
+// fence guards: the write itself failed (an I/O error, a side file that is a symbolic link, an error
+// reply from CMD).
+inline constexpr int k_fence_write_failed = 1;
 inline constexpr int k_lease_lost_default = 124;
 inline constexpr int k_cannot_execute = 126;
 inline constexpr int k_not_found = 127;
