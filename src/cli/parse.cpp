@@ -450,7 +450,6 @@ config::Options parse_fence(const std::vector<std::string_view>& words) {
     return o;
   }
 
-  p.fence->disabled(false);
   p.parse(before, prefix);
   o.subcommand = config::Subcommand::fence;
   o.fence_operands = std::move(operands);
