@@ -157,7 +157,11 @@ _fencerun_fence()
                 --help --' -- "$cur"))
             ;;
         sql)
-            COMPREPLY=($(compgen -W 'postgresql' -- "$cur"))
+            if [[ $cur == -* ]]; then
+                COMPREPLY=($(compgen -W '--help' -- "$cur"))
+            else
+                COMPREPLY=($(compgen -W 'postgresql' -- "$cur"))
+            fi
             ;;
     esac
 }

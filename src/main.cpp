@@ -60,8 +60,8 @@ int main(int argc, char** argv) {
   reopen_closed_stdio();
   supervisor::reset_inherited_dispositions();
   try {
-    if (argc > 1 && std::string_view(argv[1]) == "fence") return fence::main(argc - 1, argv + 1);
     auto options = cli::parse(argc, argv);
+    if (options.subcommand == config::Subcommand::fence) return fence::run(options, get_env);
     if (options.subcommand == config::Subcommand::help) {
       std::fputs(options.help_text.c_str(), stdout);
       return 0;

@@ -2,14 +2,17 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cstdint>
 #include <string_view>
 #include <vector>
 
+#include "fence/fence.hpp"
 #include "util/error.hpp"
 
 namespace fencerun::cli {
 namespace {
 
+// The connection options of run, status and fence redis.
 void add_connection_options(CLI::App& app, config::Options& o) {
   app.add_option("-r,--redis", o.redis_url);
   app.add_option("--timeout", o.timeout);
@@ -40,6 +43,138 @@ void add_run_options(CLI::App& app, config::Options& o) {
   app.add_option("--replica-timeout", o.replica_timeout);
   app.add_option("NAME", o.lock_name);
 }
+
+// The one parser of every command, bound to one Options. -h/--help and --version are answered by
+// parse() before CLI11 runs, but they are declared like the other options: the pre-scan below looks
+// every option up here, and declared_options() lists them. Operands (NAME aside) and COMMAND/CMD are
+// collected by the pre-scan, never by CLI11. Neither copied nor moved: the App holds references
+// into `o`.
+struct Parser {
+  config::Options o;
+  bool help = false;
+  bool version = false;
+  CLI::App app{"fencerun"};
+  CLI::App* run = nullptr;
+  CLI::App* status = nullptr;
+  CLI::App* acl = nullptr;
+  CLI::App* fence = nullptr;
+  CLI::App* fence_file = nullptr;
+  CLI::App* fence_redis = nullptr;
+  CLI::App* fence_sql = nullptr;
+
+  Parser() {
+    app.set_help_flag();  // before the subcommands: they inherit it
+    app.allow_extras(false);
+    add_run_options(app, o);
+    app.add_flag("-h,--help", help);
+    app.add_flag("--version", version);
+    run = app.add_subcommand("run");
+    add_run_options(*run, o);
+    status = app.add_subcommand("status");
+    add_connection_options(*status, o);
+    status->add_flag("--json", o.json);
+    status->add_option("NAME", o.lock_name);
+    acl = app.add_subcommand("acl");
+    acl->add_option("--key-prefix", o.key_prefix);
+    acl->add_flag("--delex", o.acl_delex);
+
+    fence = app.add_subcommand("fence");
+    fence->add_flag("-h,--help", help);
+    fence_file = fence->add_subcommand("file");
+    // As getopt: a repeated --token counts the last time.
+    fence_file->add_option("--token", o.fence_token)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    fence_file->add_flag("-h,--help", help);
+    fence_redis = fence->add_subcommand("redis");
+    fence_redis->add_option("--resource", o.fence_resource);
+    fence_redis->add_option("--token", o.fence_token);
+    add_connection_options(*fence_redis, o);
+    fence_redis->add_flag("-h,--help", help);
+    fence_sql = fence->add_subcommand("sql");
+    fence_sql->add_flag("-h,--help", help);
+    fence->require_subcommand(0, 1);
+    app.require_subcommand(0, 1);
+  }
+  Parser(const Parser&) = delete;
+  Parser& operator=(const Parser&) = delete;
+
+  // CLI11 wants argv order reversed when given a vector. `prefix` names the command in messages.
+  void parse(const std::vector<std::string>& words, std::string_view prefix) {
+    std::vector<std::string> args(words.rbegin(), words.rend());
+    try {
+      app.parse(args);
+    } catch (const CLI::ParseError& e) {
+      throw UsageError(std::string(prefix) + e.what());
+    }
+  }
+};
+
+const CLI::Option* find_option(const std::vector<const CLI::App*>& scope, std::string_view name) {
+  for (const CLI::App* a : scope) {
+    const CLI::Option* opt = a->get_option_no_throw(std::string(name));
+    if (opt && opt->nonpositional()) return opt;
+  }
+  return nullptr;
+}
+
+bool is_option_word(std::string_view a) { return a.size() > 1 && a[0] == '-'; }
+bool is_help_word(std::string_view a) { return a == "-h" || a == "--help"; }
+
+// Levenshtein distance, for "did you mean".
+std::size_t distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// One option word, looked up in the commands of `scope`: known, or a usage error in the words of
+// getopt ("unrecognized option"). Returns whether the next word is its value.
+bool check_option(std::string_view word, const std::vector<const CLI::App*>& scope) {
+  if (word.starts_with("--")) {
+    std::string_view name = word.substr(0, word.find('='));
+    const CLI::Option* o = find_option(scope, name);
+    if (!o) {
+      std::string message = "unrecognized option '" + std::string(name) + "'";
+      std::string best;
+      std::size_t best_distance = 3;
+      for (const CLI::App* a : scope)
+        for (const CLI::Option* k : a->get_options())
+          for (const std::string& l : k->get_lnames()) {
+            std::size_t d = distance(name, "--" + l);
+            if (d < best_distance) best_distance = d, best = "--" + l;
+          }
+      if (!best.empty()) message += ", did you mean '" + best + "'?";
+      throw UsageError(message);
+    }
+    return o->get_expected_min() > 0 && name.size() == word.size();
+  }
+  // Short options: a cluster of flags (-vv), or one that takes a value, attached (-t5s) or next.
+  for (std::size_t i = 1; i < word.size(); ++i) {
+    const CLI::Option* o = find_option(scope, std::string("-") + word[i]);
+    if (!o) throw UsageError("invalid option -- '" + std::string(1, word[i]) + "'");
+    if (o->get_expected_min() > 0) return i + 1 == word.size();
+  }
+  return false;
+}
+
+std::vector<std::string> names_of(const CLI::App& app) {
+  std::vector<std::string> names;
+  for (const CLI::Option* opt : app.get_options()) {
+    for (const std::string& s : opt->get_snames()) names.push_back("-" + s);
+    for (const std::string& l : opt->get_lnames()) names.push_back("--" + l);
+  }
+  return names;
+}
+
+constexpr std::string_view k_fence_hint = " (see fencerun fence --help)";
 
 }  // namespace
 
@@ -122,85 +257,220 @@ See fencerun(1) for details.
 
 namespace {
 
-// Every option of run and status, and whether it takes a value as the next word. The pre-scan below
-// needs to know which words are option values; the help test checks this table against --help.
-struct KnownOption {
-  std::string_view name;
-  bool takes_value;
-};
-constexpr KnownOption k_options[] = {
-    {"-r", true},          {"--redis", true},          {"--timeout", true},
-    {"--key-prefix", true}, {"-v", false},             {"--verbose", false},
-    {"-q", false},          {"--quiet", false},        {"--log-format", true},
-    {"--tls-ca-file", true}, {"--tls-cert", true},     {"--tls-key", true},
-    {"--tls-server-name", true}, {"--tls-insecure", false}, {"-t", true},
-    {"--ttl", true},        {"--renew", true},         {"--grace", true},
-    {"--kill-signal", true}, {"-w", true},             {"--wait", true},
-    {"--fair", false},      {"--metrics-file", true},  {"-E", true},
-    {"--conflict-exit-code", true}, {"--lease-lost-exit-code", true}, {"--shell", false},
-    {"--min-replicas", true}, {"--replica-timeout", true}, {"--json", false},
-    {"--delex", false},     {"-h", false},             {"--help", false},
-    {"--version", false},
-};
+std::string fence_help() {
+  return R"(Usage: fencerun fence file [--token N] [--] PATH
+       fencerun fence redis [OPTIONS] [--] CMD [ARG...]
+       fencerun fence sql postgresql
+       fencerun fence [file|redis|sql] --help
 
-const KnownOption* find_option(std::string_view name) {
-  for (const auto& o : k_options)
-    if (o.name == name) return &o;
-  return nullptr;
+Resource-side guards: admit a write only when its fencing token is not older
+than the greatest token the resource has accepted.
+
+  fence file            stdin replaces PATH (temp file, fsync, rename); the
+                        greatest accepted token is kept in PATH.fence, writers
+                        serialise on PATH.fence.lock
+  fence redis           one script compares the token with <prefix>{R}:fence,
+                        runs CMD, records the token, and prints CMD's reply;
+                        OPTIONS are the connection options of run and status
+  fence sql postgresql  prints the schema: table fencerun_fence and function
+                        fencerun_admit(resource, token)
+
+Options:
+  -h, --help            show this help and exit (after a guard: its options)
+
+The token comes from --token N, else $FENCERUN_TOKEN (a positive integer below
+2^53). A token equal to the greatest accepted one is accepted.
+
+Exit status: 0 accepted; 77 stale token rejected; 64 usage error, also a
+missing or malformed token; 69 Redis unavailable; 1 the write failed (I/O
+error, a side file that is a symbolic link, error reply from CMD); 128+N fence
+file stopped by signal N before its commit (nothing written).
+See fencerun(1) for details.
+)";
 }
 
-bool is_option_word(std::string_view a) { return a.size() > 1 && a[0] == '-'; }
+std::string fence_file_help() {
+  return R"(Usage: fencerun fence file [--token N] [--] PATH
 
-// Levenshtein distance, for "did you mean".
-std::size_t distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diag = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      std::size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
+Replace PATH with standard input, only when the fencing token is not older
+than the greatest token PATH has accepted: the data goes to a temporary file,
+fsync, rename. The greatest accepted token is kept in PATH.fence, writers
+serialise on PATH.fence.lock; a side file that is a symbolic link is refused.
+A token equal to the greatest accepted one is accepted.
+
+Options:
+      --token N            fencing token, a positive integer below 2^53
+                           (default: $FENCERUN_TOKEN)
+  -h, --help               show this help and exit
+
+Exit status: 0 accepted; 77 stale token rejected; 64 usage error, also a
+missing or malformed token; 1 the write failed (I/O error, a side file that is
+a symbolic link); 128+N stopped by signal N before its commit (nothing
+written).
+)";
 }
 
-// One option word: known, or a usage error in the words of getopt ("unrecognized option").
-// Returns whether the next word is its value.
-bool check_option(std::string_view word) {
-  if (word.starts_with("--")) {
-    std::string_view name = word.substr(0, word.find('='));
-    const KnownOption* o = find_option(name);
-    if (!o) {
-      std::string message = "unrecognized option '" + std::string(name) + "'";
-      std::string_view best;
-      std::size_t best_distance = 3;
-      for (const auto& k : k_options) {
-        if (!k.name.starts_with("--")) continue;
-        std::size_t d = distance(name, k.name);
-        if (d < best_distance) best_distance = d, best = k.name;
-      }
-      if (!best.empty()) message += ", did you mean '" + std::string(best) + "'?";
-      throw UsageError(message);
-    }
-    return o->takes_value && name.size() == word.size();
-  }
-  // Short options: a cluster of flags (-vv), or one that takes a value, attached (-t5s) or next.
-  for (std::size_t i = 1; i < word.size(); ++i) {
-    std::string name = std::string("-") + word[i];
-    const KnownOption* o = find_option(name);
-    if (!o) throw UsageError("invalid option -- '" + std::string(1, word[i]) + "'");
-    if (o->takes_value) return i + 1 == word.size();
-  }
-  return false;
+std::string fence_redis_help() {
+  return R"(Usage: fencerun fence redis [OPTIONS] [--] CMD [ARG...]
+
+Run the Redis command CMD only when the fencing token is not older than the
+greatest token accepted for resource R: one script compares the token with
+<prefix>{R}:fence, runs CMD, records the token, and prints CMD's reply.
+Options end at CMD (or at --); CMD and its arguments reach Redis byte for
+byte, at most )" + std::to_string(fence::k_max_command_words) + R"( words.
+
+Options:
+      --resource R         the resource (default: $FENCERUN_LOCK)
+      --token N            fencing token, a positive integer below 2^53
+                           (default: $FENCERUN_TOKEN)
+  -r, --redis URL          Redis to use, the URLs of run (default:
+                           $FENCERUN_REDIS_URL, $REDIS_URL,
+                           redis://127.0.0.1:6379)
+      --timeout DUR        bound on connecting and on the request
+                           (default: 2s)
+      --key-prefix STR     prefix of the fence key (default: fencerun:)
+      --tls-ca-file FILE   CA certificates to verify the server with
+                           (default: the system store)
+      --tls-cert FILE      client certificate (mutual TLS)
+      --tls-key FILE       key of the client certificate
+                           (default: in --tls-cert)
+      --tls-server-name NAME
+                           name to verify in the server certificate
+                           (default: the host)
+      --tls-insecure       do not verify the server certificate (warns)
+  -v, --verbose            log more (repeat for debug)
+  -q, --quiet              log errors only
+      --log-format FMT     text or json (default: text)
+  -h, --help               show this help and exit
+
+Password: from the URL, else $FENCERUN_REDIS_PASSWORD, else $REDISCLI_AUTH;
+sentinels' own password: $FENCERUN_SENTINEL_PASSWORD.
+
+Exit status: 0 accepted; 77 stale token rejected; 64 usage error, also a
+missing or malformed token; 69 Redis unavailable; 1 an error reply from CMD.
+)";
+}
+
+std::string fence_sql_help() {
+  return R"(Usage: fencerun fence sql postgresql
+
+Print the schema of the SQL guard for PostgreSQL: the table fencerun_fence and
+the function fencerun_admit(resource, token), to call in the writer's own
+transaction.
+
+Options:
+  -h, --help               show this help and exit
+)";
 }
 
 }  // namespace
 
+std::string help_text(std::string_view command) {
+  if (command.empty()) return help_text();
+  if (command == "fence") return fence_help();
+  if (command == "fence file") return fence_file_help();
+  if (command == "fence redis") return fence_redis_help();
+  if (command == "fence sql") return fence_sql_help();
+  return {};
+}
+
+std::vector<DeclaredOptions> declared_options() {
+  Parser p;
+  return {{"", names_of(p.app)},
+          {"run", names_of(*p.run)},
+          {"status", names_of(*p.status)},
+          {"acl", names_of(*p.acl)},
+          {"fence", names_of(*p.fence)},
+          {"fence file", names_of(*p.fence_file)},
+          {"fence redis", names_of(*p.fence_redis)},
+          {"fence sql", names_of(*p.fence_sql)}};
+}
+
+config::Options parse_fence(const std::vector<std::string_view>& words) {
+  Parser p;
+  config::Options& o = p.o;
+  if (words.empty()) throw UsageError("fence: missing guard (file, redis or sql)");
+  std::string_view guard = words.front();
+  const bool help_next = words.size() > 1 && is_help_word(words[1]);
+  CLI::App* app = nullptr;
+  std::string command = "fence";
+  if (is_help_word(guard) || guard == "help") {
+    // `fence --help`, `fence help`
+  } else if (guard == "file") {
+    app = p.fence_file, o.fence_guard = config::FenceGuard::file;
+  } else if (guard == "redis") {
+    app = p.fence_redis, o.fence_guard = config::FenceGuard::redis;
+  } else if (guard == "sql") {
+    app = p.fence_sql, o.fence_guard = config::FenceGuard::sql;
+  } else if (!help_next) {
+    throw UsageError("fence: unknown guard '" + std::string(guard) + "' (expected file, redis or sql)");
+  }
+  if (!app) {
+    o.subcommand = config::Subcommand::help;
+    o.help_text = fence_help();
+    return o;
+  }
+  command += " " + std::string(guard);
+  const std::string prefix = command + ": ";
+
+  // Options, and their values, up to `--`; for `fence redis` also up to the first other word, which
+  // starts CMD. Those words, and every word after the `--`, are operands (PATH, the dialect) or CMD,
+  // untouched: CLI11 sees only the options.
+  const bool has_command = o.fence_guard == config::FenceGuard::redis;
+  std::vector<std::string> before = {"fence", std::string(guard)};
+  std::vector<std::string> operands;
+  bool help = false;
+  std::size_t i = 1;
+  for (; i < words.size(); ++i) {
+    std::string_view a = words[i];
+    if (a == "--") {
+      ++i;
+      break;
+    }
+    if (!is_option_word(a)) {
+      if (has_command) break;
+      operands.emplace_back(a);
+      continue;
+    }
+    help = help || is_help_word(a);
+    bool takes_value = false;
+    try {
+      takes_value = check_option(a, {app});
+    } catch (const UsageError& e) {
+      throw UsageError(prefix + e.what());
+    }
+    before.emplace_back(a);
+    if (takes_value && i + 1 < words.size()) before.emplace_back(words[++i]);
+  }
+  for (; i < words.size(); ++i) (has_command ? o.command : operands).emplace_back(words[i]);
+  if (help) {
+    o = config::Options{};
+    o.subcommand = config::Subcommand::help;
+    o.help_text = help_text(command);
+    return o;
+  }
+
+  p.parse(before, prefix);
+  o.subcommand = config::Subcommand::fence;
+  o.fence_operands = std::move(operands);
+  return o;
+}
+
 config::Options parse(int argc, const char* const* argv) {
-  config::Options o;
+  if (argc > 1 && std::string_view(argv[1]) == "fence") {
+    std::vector<std::string_view> words(argv + 2, argv + argc);
+    try {
+      return parse_fence(words);
+    } catch (const UsageError& e) {
+      throw UsageError(e.what() + std::string(k_fence_hint));
+    }
+  }
+
+  Parser p;
+  config::Options& o = p.o;
+  // `fence` only as the first word: elsewhere it is a lock NAME.
+  p.fence->disabled();
+  const std::vector<const CLI::App*> scope = {&p.app, p.status, p.acl};
   // Options end at the command, as with flock(1), timeout(1) and env(1): options (and their values)
   // are read up to NAME and after it, until `--` or the first other word; that word and everything
   // after it are the COMMAND, untouched. CLI11 sees only what comes before (it would re-interpret
@@ -220,7 +490,7 @@ config::Options parse(int argc, const char* const* argv) {
     }
     if (is_option_word(a)) {
       before.emplace_back(a);
-      if (!other_subcommand && check_option(a) && i + 1 < argc) before.emplace_back(argv[++i]);
+      if (!other_subcommand && check_option(a, scope) && i + 1 < argc) before.emplace_back(argv[++i]);
       continue;
     }
     if (first_word) {
@@ -252,32 +522,11 @@ config::Options parse(int argc, const char* const* argv) {
     }
   }
 
-  CLI::App app{"fencerun"};
-  app.set_help_flag();
-  app.allow_extras(false);
-  add_run_options(app, o);
-  CLI::App* run = app.add_subcommand("run");
-  add_run_options(*run, o);
-  CLI::App* status = app.add_subcommand("status");
-  add_connection_options(*status, o);
-  status->add_flag("--json", o.json);
-  status->add_option("NAME", o.lock_name);
-  CLI::App* acl = app.add_subcommand("acl");
-  acl->add_option("--key-prefix", o.key_prefix);
-  acl->add_flag("--delex", o.acl_delex);
-  app.require_subcommand(0, 1);
-
-  // CLI11 wants argv order reversed when given a vector.
-  std::vector<std::string> args(before.rbegin(), before.rend());
-  try {
-    app.parse(args);
-  } catch (const CLI::ParseError& e) {
-    throw UsageError(e.what());
-  }
-  if (acl->parsed()) {
+  p.parse(before, "");
+  if (p.acl->parsed()) {
     o.subcommand = config::Subcommand::acl;
     if (saw_separator) throw UsageError("acl takes no COMMAND");
-  } else if (status->parsed()) {
+  } else if (p.status->parsed()) {
     o.subcommand = config::Subcommand::status;
     if (saw_separator)
       throw UsageError("status takes no COMMAND (to run a command under a lock named 'status': "
@@ -289,40 +538,6 @@ config::Options parse(int argc, const char* const* argv) {
       throw UsageError("missing COMMAND (fencerun [OPTIONS] NAME [--] COMMAND [ARG...])");
     }
   }
-  return o;
-}
-
-config::Options parse_connection_command(const std::vector<std::string_view>& words,
-                                         const std::vector<OwnOption>& own) {
-  config::Options o;
-  // CLI11 sees only the words before the first `--` (it would re-interpret the command's), and stops
-  // at the first operand (prefix_command), leaving it and every word after it unparsed.
-  std::size_t separator = words.size();
-  for (std::size_t i = 0; i < words.size(); ++i) {
-    if (words[i] == "--") {
-      separator = i;
-      break;
-    }
-  }
-  CLI::App app{"fencerun"};
-  app.set_help_flag();
-  app.prefix_command();
-  add_connection_options(app, o);
-  for (const auto& option : own) app.add_option(option.name, *option.value);
-  std::vector<std::string> args(words.rend() - static_cast<std::ptrdiff_t>(separator), words.rend());
-  try {
-    app.parse(args);
-  } catch (const CLI::ParseError& e) {
-    throw UsageError(e.what());
-  }
-  // With prefix_command, CLI11 also leaves unknown options unparsed: the first word it left must be
-  // the command's.
-  std::vector<std::string> rest = app.remaining();
-  if (!rest.empty() && rest.front().size() > 1 && rest.front().front() == '-')
-    throw UsageError("unknown option '" + rest.front() + "'");
-  std::size_t first = separator - rest.size();
-  if (first == separator) first = std::min(separator + 1, words.size());
-  for (std::size_t i = first; i < words.size(); ++i) o.command.emplace_back(words[i]);
   return o;
 }
 

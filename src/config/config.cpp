@@ -113,7 +113,8 @@ Config make_config(const Options& o, const GetEnv& getenv, const ParseSignal& pa
   c.common = make_common_config(o, getenv);
   check_tls_files(c.common.endpoint.tls);
   c.acl_delex = o.acl_delex;
-  if (o.subcommand == Subcommand::version || o.subcommand == Subcommand::help || o.subcommand == Subcommand::acl)
+  if (o.subcommand == Subcommand::version || o.subcommand == Subcommand::help || o.subcommand == Subcommand::acl ||
+      o.subcommand == Subcommand::fence)
     return c;
 
   if (o.lock_name.empty()) throw UsageError("missing lock NAME");

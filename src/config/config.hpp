@@ -62,7 +62,8 @@ using GetEnv = std::function<std::optional<std::string>(const char*)>;
 using ParseSignal = std::function<std::optional<int>(std::string_view)>;
 
 // Validates `options`, including that the TLS files named can be read (check_tls_files); throws
-// UsageError with a one-line message naming the option.
+// UsageError with a one-line message naming the option. For acl and fence only the connection part
+// (Config::common) is filled in.
 Config make_config(const Options& options, const GetEnv& getenv, const ParseSignal& parse_signal);
 
 // The connection part of make_config (URL and passwords from the options and the environment, TLS,

@@ -9,7 +9,10 @@
 
 namespace fencerun::config {
 
-enum class Subcommand { run, status, acl, version, help };
+enum class Subcommand { run, status, acl, fence, version, help };
+
+// `fencerun fence GUARD ...`
+enum class FenceGuard { none, file, redis, sql };
 
 struct Options {
   Subcommand subcommand = Subcommand::run;
@@ -45,8 +48,14 @@ struct Options {
 
   bool acl_delex = false;  // acl --delex
 
+  // fence: the guard, --token, --resource (redis) and the operands (file: PATH, sql: the dialect)
+  FenceGuard fence_guard = FenceGuard::none;
+  std::optional<std::string> fence_token;
+  std::optional<std::string> fence_resource;
+  std::vector<std::string> fence_operands;
+
   std::string lock_name;
-  std::vector<std::string> command;  // everything after `--`
+  std::vector<std::string> command;  // everything after `--` (fence redis: CMD)
 };
 
 }  // namespace fencerun::config

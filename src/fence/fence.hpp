@@ -19,20 +19,24 @@
 #include <vector>
 
 #include "config/options.hpp"
+#include "util/exit_code.hpp"
 
 namespace fencerun::fence {
 
 // Exit code of a guard whose write failed: an I/O error (or a side file that is a symbolic link) in
-// `fence file`, an error reply from CMD in `fence redis`. The other codes are in exit_status.hpp.
-inline constexpr int k_write_failed = 1;
+// `fence file`, an error reply from CMD in `fence redis` (exit_status.hpp, like every other code).
+inline constexpr int k_write_failed = exit_code::k_fence_write_failed;
 
 // The most words CMD of `fence redis` may have: the script passes them to redis.pcall through
 // Lua's unpack(), which returns at most 7998 values in the Lua 5.1 of Redis (LUAI_MAXCSTACK 8000
 // stack slots, minus the two arguments of unpack itself).
 inline constexpr std::size_t k_max_command_words = 7998;
 
-// argv[0] is "fence". Returns the exit code; never throws.
-int main(int argc, const char* const* argv);
+using GetEnv = std::function<std::optional<std::string>(const char*)>;
+
+// Runs the guard that cli::parse() found (`options.subcommand` is Subcommand::fence) and returns its
+// exit code (exit_status.hpp). Throws UsageError, ending in "(see fencerun fence --help)".
+int run(const config::Options& options, const GetEnv& getenv);
 
 // The help text of `fencerun fence --help`.
 std::string help_text();
@@ -42,8 +46,6 @@ inline constexpr std::uint64_t k_token_limit = std::uint64_t{1} << 53;
 
 // Parses a token: digits only (no sign, no spaces), value from 1 to 2^53 - 1. The error says why.
 std::expected<std::uint64_t, std::string> parse_token(std::string_view text);
-
-using GetEnv = std::function<std::optional<std::string>(const char*)>;
 
 // --token when given, else $FENCERUN_TOKEN. Throws UsageError when both are missing or the one used
 // is malformed.
@@ -63,7 +65,11 @@ struct RedisArgs {
   std::optional<std::string> resource;
   std::vector<std::string> command;  // byte for byte; 1 to k_max_command_words words
 };
-// `args` excludes "fence" and the guard name. Throw UsageError.
+// From what cli::parse_fence() found; these check the operands (one PATH; CMD of 1 to
+// k_max_command_words words). Throw UsageError.
+FileArgs file_args(const config::Options& options);
+RedisArgs redis_args(const config::Options& options);
+// The same from the words after "fence GUARD", through cli::parse_fence(). Throw UsageError.
 FileArgs parse_file_args(const std::vector<std::string_view>& args);
 RedisArgs parse_redis_args(const std::vector<std::string_view>& args);
 

@@ -22,23 +22,22 @@
 #include "supervisor/exit_status.hpp"
 #include "supervisor/signals.hpp"
 #include "util/clock.hpp"
+#include "util/error.hpp"
 #include "util/fd.hpp"
 #include "util/random.hpp"
 
 namespace fencerun::fence {
 namespace {
 
-// An I/O failure; the message names the operation and the file.
-class IoError : public std::runtime_error {
- public:
-  IoError(const std::string& what, int err) : std::runtime_error(what + ": " + std::strerror(err)) {}
-};
+// The guarded write failed (exit 1); the message names the operation and the file.
+Error io_error(const std::string& what) { return Error(ErrorKind::io, what); }
+Error io_error(const std::string& what, int err) { return Error(ErrorKind::io, what + ": " + std::strerror(err)); }
 
 // A side file opened with O_NOFOLLOW failed: ELOOP means it is a symbolic link.
 [[noreturn]] void throw_open_error(const std::string& what, const std::string& shown, int err) {
   if (err == ELOOP)
-    throw std::runtime_error(shown + " is a symbolic link; refusing to follow it (remove it if it is not yours)");
-  throw IoError("cannot open " + what + " " + shown, err);
+    throw io_error(shown + " is a symbolic link; refusing to follow it (remove it if it is not yours)");
+  throw io_error("cannot open " + what + " " + shown, err);
 }
 
 // A signal (HUP, INT, QUIT, TERM) ended the guard before its commit; carries its number.
@@ -65,7 +64,7 @@ void write_all(int fd, const char* data, std::size_t size, const std::string& wh
     ssize_t n = ::write(fd, data, size);
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw IoError("cannot write " + what, errno);
+      throw io_error("cannot write " + what, errno);
     }
     data += n;
     size -= static_cast<std::size_t>(n);
@@ -73,7 +72,7 @@ void write_all(int fd, const char* data, std::size_t size, const std::string& wh
 }
 
 void fsync_or_throw(int fd, const std::string& what) {
-  if (::fsync(fd) != 0) throw IoError("cannot fsync " + what, errno);
+  if (::fsync(fd) != 0) throw io_error("cannot fsync " + what, errno);
 }
 
 // Reads a whole small file relative to `dirfd`; nullopt when it does not exist.
@@ -89,11 +88,11 @@ std::optional<std::string> read_small_file(int dirfd, const std::string& name, c
     ssize_t n = ::read(fd.get(), buf, sizeof buf);
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw IoError("cannot read " + shown, errno);
+      throw io_error("cannot read " + shown, errno);
     }
     if (n == 0) break;
     out.append(buf, static_cast<std::size_t>(n));
-    if (out.size() > 65536) throw std::runtime_error(shown + " is too large to be a fence side record");
+    if (out.size() > 65536) throw io_error(shown + " is too large to be a fence side record");
   }
   return out;
 }
@@ -102,7 +101,7 @@ bool exists_at(int dirfd, const std::string& name) {
   struct stat st{};
   if (::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) return true;
   if (errno == ENOENT) return false;
-  throw IoError("cannot stat " + name, errno);
+  throw io_error("cannot stat " + name, errno);
 }
 
 // Everything the guard knows about PATH's side files.
@@ -121,7 +120,7 @@ Paths make_paths(const std::string& path) {
   out.base = p.filename().string();
   out.dir = p.has_parent_path() ? p.parent_path().string() : ".";
   if (out.base.empty() || out.base == "." || out.base == "..")
-    throw std::runtime_error("PATH '" + path + "' does not name a file");
+    throw io_error("PATH '" + path + "' does not name a file");
   out.record = out.base + ".fence";
   out.lock = out.base + ".fence.lock";
   return out;
@@ -139,7 +138,7 @@ State read_state(int dirfd, const Paths& p) {
   if (!text) return s;
   auto record = parse_side_record(*text);
   if (!record)
-    throw std::runtime_error("side record " + p.shown + ".fence is malformed (" + record.error() +
+    throw io_error("side record " + p.shown + ".fence is malformed (" + record.error() +
                              "); refusing to guess which token it accepted");
   bool temp_exists = record->pending && exists_at(dirfd, record->pending->temp_name);
   s.effective = effective_token(*record, temp_exists);
@@ -171,7 +170,7 @@ class StagedFile {
       if (m_fd) return;
       // EOPNOTSUPP: the filesystem has no O_TMPFILE; EISDIR or EINVAL: the kernel predates it.
       if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
-        throw IoError("cannot create a temp file in directory " + p.dir, errno);
+        throw io_error("cannot create a temp file in directory " + p.dir, errno);
       unnamed = false;
     }
     for (int attempt = 0; attempt < 16; ++attempt) {
@@ -181,9 +180,9 @@ class StagedFile {
         m_name = std::move(name);
         return;
       }
-      if (errno != EEXIST) throw IoError("cannot create a temp file next to " + p.shown, errno);
+      if (errno != EEXIST) throw io_error("cannot create a temp file next to " + p.shown, errno);
     }
-    throw std::runtime_error("cannot find a free temp file name next to " + p.shown);
+    throw io_error("cannot find a free temp file name next to " + p.shown);
   }
   ~StagedFile() {
     if (!m_name.empty() && !m_kept) ::unlinkat(m_dirfd, m_name.c_str(), 0);
@@ -208,9 +207,9 @@ class StagedFile {
         m_name = std::move(name);
         return m_name;
       }
-      if (errno != EEXIST) throw IoError("cannot give the temp file of " + m_stem + " a name", errno);
+      if (errno != EEXIST) throw io_error("cannot give the temp file of " + m_stem + " a name", errno);
     }
-    throw std::runtime_error("cannot find a free temp file name for " + m_stem);
+    throw io_error("cannot find a free temp file name for " + m_stem);
   }
   void close() { m_fd.reset(); }
   void keep() { m_kept = true; }
@@ -242,7 +241,7 @@ void spool_stdin(int dirfd, const Paths& p, StagedFile& file, supervisor::Signal
     ssize_t n = ::read(STDIN_FILENO, buf, sizeof buf);
     if (n < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
-      throw IoError("cannot read stdin", errno);
+      throw io_error("cannot read stdin", errno);
     }
     if (n == 0) break;
     write_all(file.fd(), buf, static_cast<std::size_t>(n), "the temp file of " + p.shown);
@@ -250,13 +249,13 @@ void spool_stdin(int dirfd, const Paths& p, StagedFile& file, supervisor::Signal
 
   struct stat st{};
   if (::fstatat(dirfd, p.base.c_str(), &st, 0) == 0 && S_ISREG(st.st_mode)) {
-    if (::fchmod(file.fd(), st.st_mode & 07777) != 0) throw IoError("cannot set the mode of the temp file", errno);
+    if (::fchmod(file.fd(), st.st_mode & 07777) != 0) throw io_error("cannot set the mode of the temp file", errno);
     // Keep the owner when we may (root replacing another user's file); a failure leaves it ours.
     if (::geteuid() == 0 && (st.st_uid != ::geteuid() || st.st_gid != ::getegid())) {
       [[maybe_unused]] int ignored = ::fchown(file.fd(), st.st_uid, st.st_gid);
     }
   } else if (::fchmod(file.fd(), 0666 & ~current_umask()) != 0) {
-    throw IoError("cannot set the mode of the temp file", errno);
+    throw io_error("cannot set the mode of the temp file", errno);
   }
   fsync_or_throw(file.fd(), "the temp file of " + p.shown);
 }
@@ -268,7 +267,7 @@ void lock_exclusive(int fd, const Paths& p, supervisor::SignalChannel& signals) 
   for (;;) {
     if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return;
     if (errno == EINTR) continue;
-    if (errno != EWOULDBLOCK) throw IoError("cannot lock " + p.shown + ".fence.lock", errno);
+    if (errno != EWOULDBLOCK) throw io_error("cannot lock " + p.shown + ".fence.lock", errno);
     if (auto sig = signals.wait_for_terminating(BootClock::now() + pause)) throw Stopped{*sig};
     pause = std::min(pause * 2, std::chrono::milliseconds(50));
   }
@@ -287,7 +286,7 @@ void write_record(int dirfd, const Paths& p, const SideRecord& record, bool& unn
   const std::string& name = temp.link();
   temp.close();
   if (::renameat(dirfd, name.c_str(), dirfd, p.record.c_str()) != 0)
-    throw IoError("cannot rename " + name + " to " + p.shown + ".fence", errno);
+    throw io_error("cannot rename " + name + " to " + p.shown + ".fence", errno);
   temp.keep();
 }
 
@@ -313,7 +312,7 @@ void commit(int dirfd, const Paths& p, std::uint64_t token, std::uint64_t effect
   fsync_or_throw(dirfd, "directory " + p.dir);
 
   if (::renameat(dirfd, data_temp.c_str(), dirfd, p.base.c_str()) != 0)
-    throw IoError("cannot rename " + data_temp + " to " + p.shown, errno);
+    throw io_error("cannot rename " + data_temp + " to " + p.shown, errno);
   fsync_or_throw(dirfd, "directory " + p.dir);
 
   record.pending.reset();
@@ -371,11 +370,11 @@ int run_file_guard(std::uint64_t token, const std::string& path) {
     supervisor::SignalChannel signals;
     Paths p = make_paths(path);
     UniqueFd dirfd(::open(p.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (!dirfd) throw IoError("cannot open directory " + p.dir, errno);
+    if (!dirfd) throw io_error("cannot open directory " + p.dir, errno);
     {
       struct stat st{};
       if (::fstatat(dirfd.get(), p.base.c_str(), &st, 0) == 0 && S_ISDIR(st.st_mode))
-        throw std::runtime_error("PATH " + p.shown + " is a directory");
+        throw io_error("PATH " + p.shown + " is a directory");
     }
 
     // Early answer for a stale writer, before reading its data (without the lock: the record is only
@@ -404,14 +403,14 @@ int run_file_guard(std::uint64_t token, const std::string& path) {
     commit(dirfd.get(), p, token, s.effective, data, unnamed);
     // The record no longer names the data temp of a write that never landed: remove it.
     if (s.orphan) ::unlinkat(dirfd.get(), s.orphan->c_str(), 0);
-    return 0;
+    return exit_code::k_success;
   } catch (const Stopped& stopped) {
     std::fprintf(stderr, "fencerun: fence file %s: stopped by SIG%s before the commit; nothing written\n",
                  path.c_str(), supervisor::signal_name(stopped.signo).c_str());
     return exit_code_for_signal(stopped.signo);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "fencerun: fence file %s: %s\n", path.c_str(), e.what());
-    return k_write_failed;
+  } catch (const Error& e) {
+    // Reported by main() with its exit code (1 for a failed write); the path says which guard failed.
+    throw Error(e.kind(), "fence file " + path + ": " + e.what());
   }
 }
 

@@ -6,7 +6,7 @@
 #include "fence/embedded_scripts.hpp"
 #include "fence/fence.hpp"
 #include "redis/client.hpp"
-#include "supervisor/exit_status.hpp"
+#include "util/exit_code.hpp"
 #include "util/clock.hpp"
 
 namespace fencerun::fence {
@@ -76,7 +76,7 @@ int run_redis_guard(const RedisGuard& guard) {
   }
   std::string shown = redis::to_display(result);
   std::fprintf(stdout, "%s\n", shown.c_str());
-  return std::fflush(stdout) == 0 ? 0 : k_write_failed;
+  return std::fflush(stdout) == 0 ? exit_code::k_success : k_write_failed;
 }
 
 }  // namespace fencerun::fence

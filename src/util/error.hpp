@@ -27,7 +27,7 @@ constexpr int exit_code_for(ErrorKind kind) {
     case ErrorKind::usage: return exit_code::k_usage;
     case ErrorKind::unavailable: return exit_code::k_unavailable;
     case ErrorKind::internal: return exit_code::k_internal;
-    case ErrorKind::io: return exit_code::k_io;
+    case ErrorKind::io: return exit_code::k_fence_write_failed;
   }
   return exit_code::k_internal;
 }

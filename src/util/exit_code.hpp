@@ -3,8 +3,10 @@
 // every part of fencerun names its codes from here.
 namespace fencerun::exit_code {
 
-inline constexpr int k_ok = 0;
-inline constexpr int k_io = 1;                      // fence: the guarded write itself failed
+inline constexpr int k_success = 0;
+// fence guards: the write itself failed (an I/O error, a side file that is a symbolic link, an error
+// reply from CMD).
+inline constexpr int k_fence_write_failed = 1;
 inline constexpr int k_status_free = 3;             // status: the lock is free
 inline constexpr int k_usage = 64;                  // bad options or input (EX_USAGE)
 inline constexpr int k_unavailable = 69;            // Redis cannot be used (EX_UNAVAILABLE)

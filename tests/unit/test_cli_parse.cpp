@@ -1,14 +1,20 @@
 #include <gtest/gtest.h>
 
 #include <initializer_list>
+#include <map>
 #include <optional>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "cli/parse.hpp"
+#include "config/config.hpp"
+#include "fence/fence.hpp"
 #include "util/error.hpp"
 
 using fencerun::UsageError;
+using fencerun::config::FenceGuard;
 using fencerun::config::Options;
 using fencerun::config::Subcommand;
 
@@ -251,4 +257,227 @@ TEST(cli, mentions_every_run_option_in_the_help) {
                              "--tls-ca-file", "--tls-cert", "--tls-key", "--tls-server-name", "--tls-insecure",
                              "--help", "--version"})
     EXPECT_NE(help.find(option), std::string::npos) << option;
+}
+
+// ---- The options each --help documents are exactly those the parser declares.
+
+namespace {
+
+using Names = std::set<std::string>;
+
+// The option names a help text documents: the names at the start of each line of its "Options:"
+// section (up to the next blank line) that begins with '-': "  -r, --redis URL ..." -> -r, --redis.
+Names documented_options(const std::string& help) {
+  Names names;
+  std::istringstream in(help);
+  std::string line;
+  bool in_section = false;
+  while (std::getline(in, line)) {
+    if (!in_section) {
+      in_section = line == "Options:";
+      continue;
+    }
+    if (line.empty()) break;
+    std::size_t at = line.find_first_not_of(' ');
+    while (at != std::string::npos && line[at] == '-') {
+      std::size_t end = line.find_first_of(" ,=", at);
+      names.insert(line.substr(at, end - at));
+      if (end == std::string::npos || line.compare(end, 2, ", ") != 0) break;
+      at = end + 2;
+    }
+  }
+  return names;
+}
+
+std::map<std::string, Names> declared() {
+  std::map<std::string, Names> out;
+  for (const auto& d : fencerun::cli::declared_options()) out[d.command].insert(d.names.begin(), d.names.end());
+  return out;
+}
+
+const char* const k_fence_commands[] = {"fence", "fence file", "fence redis", "fence sql"};
+
+}  // namespace
+
+TEST(cli_help, documents_exactly_the_declared_options) {
+  auto d = declared();
+  ASSERT_EQ(d.size(), 8u);
+  // `fencerun --help` is also the help of run, status and acl.
+  Names top;
+  for (const char* command : {"", "run", "status", "acl"}) top.insert(d[command].begin(), d[command].end());
+  EXPECT_GT(top.size(), 30u);
+  EXPECT_EQ(documented_options(fencerun::cli::help_text()), top);
+  EXPECT_EQ(fencerun::cli::help_text(""), fencerun::cli::help_text());
+  for (const char* command : k_fence_commands) {
+    EXPECT_FALSE(d[command].empty()) << command;
+    EXPECT_EQ(documented_options(fencerun::cli::help_text(command)), d[command]) << command;
+  }
+  // fence redis takes the connection options of status, and its own.
+  Names redis = d["status"];
+  redis.erase("--json");
+  redis.insert({"--resource", "--token", "-h", "--help"});
+  EXPECT_EQ(d["fence redis"], redis);
+  EXPECT_EQ(d["fence file"], (Names{"--token", "-h", "--help"}));
+}
+
+TEST(cli_help, the_comparison_notices_an_option_missing_from_the_help) {
+  auto d = declared();
+  std::string help = fencerun::cli::help_text("fence redis");
+  std::size_t at = help.find("      --tls-insecure");
+  ASSERT_NE(at, std::string::npos);
+  help.erase(at, help.find('\n', at) + 1 - at);
+  Names documented = documented_options(help);
+  EXPECT_NE(documented, d["fence redis"]);
+  EXPECT_EQ(documented.count("--tls-insecure"), 0u);
+  EXPECT_EQ(documented.size() + 1, d["fence redis"].size());
+  EXPECT_TRUE(documented_options("Usage: x\n\n  -v, --verbose\n").empty()) << "no Options: section";
+}
+
+TEST(cli_help, every_help_fits_80_columns) {
+  for (const char* command : {"", "fence", "fence file", "fence redis", "fence sql"}) {
+    std::istringstream in(fencerun::cli::help_text(command));
+    std::string line;
+    int n = 0;
+    while (std::getline(in, line)) {
+      ++n;
+      EXPECT_LE(line.size(), 80u) << "'" << command << "' line " << n << ": " << line;
+    }
+    EXPECT_GT(n, 3) << command;
+  }
+  EXPECT_EQ(fencerun::cli::help_text("nonsense"), "");
+  EXPECT_EQ(fencerun::fence::help_text(), fencerun::cli::help_text("fence"));
+}
+
+// ---- fence: a subcommand of the same parser.
+
+TEST(cli_fence, parses_the_guards) {
+  Options o = parse({"fence", "redis", "-r", "rediss://h:1", "--tls-ca-file", "/ca.pem", "--resource", "r", "--token",
+                     "5", "-vv", "SET", "k", "--token", "--", "\xff", ""});
+  EXPECT_EQ(o.subcommand, Subcommand::fence);
+  EXPECT_EQ(o.fence_guard, FenceGuard::redis);
+  EXPECT_EQ(o.redis_url, "rediss://h:1");
+  EXPECT_EQ(o.tls_ca_file, "/ca.pem");
+  EXPECT_EQ(o.fence_resource, "r");
+  EXPECT_EQ(o.fence_token, "5");
+  EXPECT_EQ(o.verbosity, 2);
+  EXPECT_EQ(o.command, (Args{"SET", "k", "--token", "--", "\xff", ""}));
+
+  o = parse({"fence", "redis", "--token=7", "--", "-weird", "--help"});
+  EXPECT_EQ(o.fence_token, "7");
+  EXPECT_EQ(o.command, (Args{"-weird", "--help"}));
+
+  o = parse({"fence", "file", "out.json", "--token=6"});
+  EXPECT_EQ(o.fence_guard, FenceGuard::file);
+  EXPECT_EQ(o.fence_token, "6");
+  EXPECT_EQ(o.fence_operands, (Args{"out.json"}));
+  EXPECT_TRUE(o.command.empty());
+  o = parse({"fence", "file", "--token", "1", "--token", "2", "--", "-x", "--token"});
+  EXPECT_EQ(o.fence_token, "2");
+  EXPECT_EQ(o.fence_operands, (Args{"-x", "--token"}));
+
+  o = parse({"fence", "sql", "postgresql"});
+  EXPECT_EQ(o.fence_guard, FenceGuard::sql);
+  EXPECT_EQ(o.fence_operands, (Args{"postgresql"}));
+}
+
+TEST(cli_fence, shows_the_help_of_fence_and_of_each_guard) {
+  for (auto args : std::vector<std::vector<const char*>>{{"fence", "--help"}, {"fence", "-h"}, {"fence", "help"},
+                                                          {"fence", "nonsense", "--help"}}) {
+    std::vector<const char*> argv{"fencerun"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Options o = fencerun::cli::parse(static_cast<int>(argv.size()), argv.data());
+    EXPECT_EQ(o.subcommand, Subcommand::help) << args[1];
+    EXPECT_EQ(o.help_text, fencerun::cli::help_text("fence")) << args[1];
+  }
+  EXPECT_EQ(parse({"fence", "file", "--help"}).help_text, fencerun::cli::help_text("fence file"));
+  EXPECT_EQ(parse({"fence", "file", "--token", "5", "-h", "x"}).help_text, fencerun::cli::help_text("fence file"));
+  EXPECT_EQ(parse({"fence", "redis", "-r", "redis://h", "--help", "--", "PING"}).help_text,
+            fencerun::cli::help_text("fence redis"));
+  EXPECT_EQ(parse({"fence", "sql", "-h"}).help_text, fencerun::cli::help_text("fence sql"));
+  // After CMD starts, --help is CMD's.
+  EXPECT_EQ(parse({"fence", "redis", "ECHO", "--help"}).subcommand, Subcommand::fence);
+}
+
+TEST(cli_fence, names_a_misspelt_option_and_the_guard) {
+  EXPECT_EQ(usage_error({"fence", "redis", "--tokn", "5", "--", "PING"}),
+            "fence redis: unrecognized option '--tokn', did you mean '--token'? (see fencerun fence --help)");
+  EXPECT_EQ(usage_error({"fence", "redis", "--tls-ca-fil=/x", "PING"}),
+            "fence redis: unrecognized option '--tls-ca-fil', did you mean '--tls-ca-file'? (see fencerun fence --help)");
+  EXPECT_EQ(usage_error({"fence", "file", "--bogus", "x"}),
+            "fence file: unrecognized option '--bogus' (see fencerun fence --help)");
+  EXPECT_EQ(usage_error({"fence", "redis", "-x", "--", "PING"}),
+            "fence redis: invalid option -- 'x' (see fencerun fence --help)");
+  // run's options are not fence's.
+  EXPECT_EQ(usage_error({"fence", "redis", "--ttl", "5s", "--", "PING"}).rfind("fence redis: unrecognized option '--ttl'", 0),
+            0u);
+  EXPECT_EQ(usage_error({"fence", "file", "--resource", "r", "x"}).rfind("fence file: unrecognized option '--resource'", 0),
+            0u);
+  EXPECT_EQ(usage_error({"fence"}), "fence: missing guard (file, redis or sql) (see fencerun fence --help)");
+  EXPECT_EQ(usage_error({"fence", "nope"}),
+            "fence: unknown guard 'nope' (expected file, redis or sql) (see fencerun fence --help)");
+  std::string missing_value = usage_error({"fence", "redis", "--token"});
+  EXPECT_EQ(missing_value.rfind("fence redis: ", 0), 0u) << missing_value;
+  EXPECT_NE(missing_value.find("--token"), std::string::npos) << missing_value;
+}
+
+TEST(cli_fence, is_a_lock_name_anywhere_but_first) {
+  Options o = parse({"-v", "fence", "true"});
+  EXPECT_EQ(o.subcommand, Subcommand::run);
+  EXPECT_EQ(o.lock_name, "fence");
+  EXPECT_EQ(o.command, (Args{"true"}));
+  o = parse({"run", "fence", "--", "file", "x"});
+  EXPECT_EQ(o.subcommand, Subcommand::run);
+  EXPECT_EQ(o.lock_name, "fence");
+  EXPECT_EQ(o.command, (Args{"file", "x"}));
+  o = parse({"status", "fence"});
+  EXPECT_EQ(o.subcommand, Subcommand::status);
+  EXPECT_EQ(o.lock_name, "fence");
+}
+
+// fence redis is configured by run's code: TLS files checked before connecting, the sentinels'
+// password from $FENCERUN_SENTINEL_PASSWORD.
+namespace {
+
+std::optional<std::string> sentinel_env(const char* name) {
+  if (std::string_view(name) == "FENCERUN_SENTINEL_PASSWORD") return "sentinel-secret";
+  if (std::string_view(name) == "FENCERUN_TOKEN") return "5";
+  return std::nullopt;
+}
+
+std::optional<int> no_signal(std::string_view) { return std::nullopt; }
+
+}  // namespace
+
+TEST(cli_fence, redis_reads_the_sentinel_password_from_the_environment) {
+  Options o = parse({"fence", "redis", "-r", "redis+sentinel://s1:26379,s2:26379/mymaster", "--", "PING"});
+  auto c = fencerun::config::make_config(o, sentinel_env, no_signal);
+  EXPECT_EQ(c.common.endpoint.sentinel_password, "sentinel-secret");
+  EXPECT_EQ(c.common.endpoint.password, std::nullopt);
+  EXPECT_EQ(c.common.redacted_url.find("secret"), std::string::npos);
+}
+
+TEST(cli_fence, redis_checks_the_tls_files_like_run) {
+  const char* missing = "/nonexistent/fencerun-test/ca.pem";
+  Options run = parse({"--tls-ca-file", missing, "job", "--", "true"});
+  Options fence = parse({"fence", "redis", "--tls-ca-file", missing, "--resource", "r", "--", "PING"});
+  std::string run_error, fence_error;
+  try {
+    fencerun::config::make_config(run, sentinel_env, no_signal);
+  } catch (const UsageError& e) {
+    run_error = e.what();
+  }
+  try {
+    fencerun::config::make_config(fence, sentinel_env, no_signal);
+  } catch (const UsageError& e) {
+    fence_error = e.what();
+  }
+  EXPECT_EQ(run_error.rfind("--tls-ca-file: cannot read '/nonexistent/fencerun-test/ca.pem'", 0), 0u) << run_error;
+  EXPECT_EQ(fence_error, run_error);
+  // The guard itself stops there, before connecting: a usage error naming the option.
+  try {
+    fencerun::fence::run(fence, sentinel_env);
+    ADD_FAILURE() << "no UsageError";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()), run_error + " (see fencerun fence --help)");
+  }
 }
