@@ -8,13 +8,13 @@
 #include <cstdlib>
 #include <exception>
 #include <string_view>
-#include <hiredis/hiredis.h>
 
 #include "app/app.hpp"
 #include "cli/parse.hpp"
 #include "config/config.hpp"
 #include "fence/fence.hpp"
 #include "log/log.hpp"
+#include "redis/client.hpp"
 #include "supervisor/exit_status.hpp"
 #include "supervisor/signals.hpp"
 #include "util/error.hpp"
@@ -67,8 +67,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (options.subcommand == config::Subcommand::version) {
-      std::printf("fencerun %s\nhiredis %d.%d.%d\nfeatures: tcp unix tls sentinel cluster\n", FENCERUN_VERSION, HIREDIS_MAJOR,
-                  HIREDIS_MINOR, HIREDIS_PATCH);
+      std::printf("fencerun %s\nhiredis %s\nfeatures: tcp unix tls sentinel cluster\n", FENCERUN_VERSION,
+                  redis::hiredis_version().c_str());
       return 0;
     }
     auto config = config::make_config(options, get_env, supervisor::parse_signal);

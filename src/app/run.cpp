@@ -10,7 +10,7 @@
 
 #include "app/app.hpp"
 #include "app/metrics.hpp"
-#include "config/duration.hpp"
+#include "util/duration.hpp"
 #include "lease/lease.hpp"
 #include "lease/redis_lease.hpp"
 #include "log/log.hpp"
@@ -97,11 +97,11 @@ void log_stop_margin(const supervisor::Outcome& outcome, Deadline deadline, cons
   auto margin = std::chrono::duration_cast<milliseconds>(deadline - *outcome.command_died_at);
   if (margin >= milliseconds::zero())
     log::event(log::Level::warn, "command_stopped", "the command was stopped before the lease deadline", context,
-               {log::millis("before_deadline", margin, config::format_duration(margin))});
+               {log::millis("before_deadline", margin, util::format_duration(margin))});
   else
     log::event(log::Level::error, "command_stopped",
                "the command was stopped, but only after the lease deadline: it may have run without the lease",
-               context, {log::millis("after_deadline", -margin, config::format_duration(-margin))});
+               context, {log::millis("after_deadline", -margin, util::format_duration(-margin))});
 }
 
 // Runs the command under `held` and says how fencerun ends. The job is gone when this returns.
@@ -115,7 +115,7 @@ Exit run_under(const config::Config& c, supervisor::SignalChannel& signals, leas
     log::event(log::Level::error, "lease_short",
                "the lease ran short before the command could start (the acquire reply came too late); "
                "not starting it",
-               context, {log::millis("past_stop_point", late, config::format_duration(late))});
+               context, {log::millis("past_stop_point", late, util::format_duration(late))});
     report.lease_lost = true;
     return Exit{c.run.lease_lost_exit_code};
   };

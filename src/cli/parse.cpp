@@ -6,7 +6,6 @@
 #include <string_view>
 #include <vector>
 
-#include "fence/fence.hpp"
 #include "util/error.hpp"
 
 namespace fencerun::cli {
@@ -317,7 +316,7 @@ Run the Redis command CMD only when the fencing token is not older than the
 greatest token accepted for resource R: one script compares the token with
 <prefix>{R}:fence, runs CMD, records the token, and prints CMD's reply.
 Options end at CMD (or at --); CMD and its arguments reach Redis byte for
-byte, at most )" + std::to_string(fence::k_max_command_words) + R"( words.
+byte, at most )" + std::to_string(config::k_fence_max_command_words) + R"( words.
 
 Options:
       --resource R         the resource (default: $FENCERUN_LOCK)

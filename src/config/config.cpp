@@ -7,10 +7,15 @@
 #include <cstring>
 #include <filesystem>
 
-#include "config/duration.hpp"
+#include "util/duration.hpp"
 #include "util/error.hpp"
 
 namespace fencerun::config {
+
+using redis::parse_redis_url;
+using redis::redacted_url;
+using util::format_duration;
+using util::parse_duration;
 namespace {
 
 milliseconds duration_option(std::string_view option, const std::string& text) {

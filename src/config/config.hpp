@@ -9,10 +9,15 @@
 #include <vector>
 
 #include "config/options.hpp"
-#include "config/url.hpp"
+#include "redis/url.hpp"
 #include "lease/timing.hpp"
 
 namespace fencerun::config {
+
+// The connection settings are the Redis layer's own types.
+using redis::HostPort;
+using redis::RedisEndpoint;
+using redis::TlsSettings;
 
 using std::chrono::milliseconds;
 

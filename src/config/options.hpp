@@ -1,6 +1,7 @@
 #pragma once
 // Options: what the command line said, as plain strings and flags, before validation.
 // The CLI layer fills it; config::make_config turns it into a validated Config.
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <vector>
@@ -10,6 +11,11 @@
 namespace fencerun::config {
 
 enum class Subcommand { run, status, acl, fence, version, help };
+
+// The most words CMD of `fence redis` may have: the script passes them to redis.pcall through
+// Lua's unpack(), which returns at most 7998 values in the Lua 5.1 of Redis (LUAI_MAXCSTACK 8000
+// stack slots, minus the two arguments of unpack itself).
+inline constexpr std::size_t k_fence_max_command_words = 7998;
 
 // `fencerun fence GUARD ...`
 enum class FenceGuard { none, file, redis, sql };

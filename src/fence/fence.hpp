@@ -27,10 +27,8 @@ namespace fencerun::fence {
 // `fence file`, an error reply from CMD in `fence redis` (exit_status.hpp, like every other code).
 inline constexpr int k_write_failed = exit_code::k_fence_write_failed;
 
-// The most words CMD of `fence redis` may have: the script passes them to redis.pcall through
-// Lua's unpack(), which returns at most 7998 values in the Lua 5.1 of Redis (LUAI_MAXCSTACK 8000
-// stack slots, minus the two arguments of unpack itself).
-inline constexpr std::size_t k_max_command_words = 7998;
+// The most words CMD of `fence redis` may have (config/options.hpp says why).
+inline constexpr std::size_t k_max_command_words = config::k_fence_max_command_words;
 
 using GetEnv = std::function<std::optional<std::string>(const char*)>;
 

@@ -6,12 +6,12 @@
 #include <string>
 #include <vector>
 
-#include "config/url.hpp"
+#include "redis/url.hpp"
 
 namespace fencerun::fence {
 
 struct RedisGuard {
-  config::RedisEndpoint endpoint;
+  redis::RedisEndpoint endpoint;
   std::chrono::milliseconds timeout{2000};
   std::string fence_key;  // <prefix>{R}:fence
   std::uint64_t token = 0;

@@ -6,7 +6,7 @@
 #include <system_error>
 
 
-#include "config/duration.hpp"
+#include "util/duration.hpp"
 #include "log/log.hpp"
 #include "util/error.hpp"
 
@@ -114,7 +114,7 @@ void LeaseKeeper::run() {
     }
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(time_left(stop_point, BootClock::now()));
     log::event(log::Level::warn, "renew_failed", "renewal failed: " + outcome.error().message,
-               m_context, {log::millis("stop_in", left, config::format_duration(left))});
+               m_context, {log::millis("stop_in", left, util::format_duration(left))});
     next = m_schedule.retry_at(BootClock::now(), failures, current);
   }
 }

@@ -5,7 +5,7 @@
 #include <random>
 #include <variant>
 
-#include "config/duration.hpp"
+#include "util/duration.hpp"
 #include "lease/keeper.hpp"
 #include "lease/lease_client.hpp"
 #include "log/log.hpp"
@@ -159,7 +159,7 @@ class RedisLease final : public Lease {
                "cannot use Redis at " + m_target.redacted_url + ": " + error.message +
                    "; trying again while the wait lasts",
                {{"lock", m_request.lock}, {"kind", redis::to_string(error.kind)},
-                log::millis("retry_in", retry_in, config::format_duration(retry_in))});
+                log::millis("retry_in", retry_in, util::format_duration(retry_in))});
   }
   void log_busy(const Busy& busy) const {
     log::event(log::Level::info, "busy",
@@ -167,7 +167,7 @@ class RedisLease final : public Lease {
                {{"lock", m_request.lock},
                 {"holder_pid", busy.holder.pid ? std::to_string(*busy.holder.pid) : "unknown"},
                 {"holder_host", busy.holder.host.empty() ? "unknown" : busy.holder.host},
-                busy.remaining ? log::millis("ttl", *busy.remaining, config::format_duration(*busy.remaining))
+                busy.remaining ? log::millis("ttl", *busy.remaining, util::format_duration(*busy.remaining))
                                : log::Field{"ttl", "none"}});
   }
   // A second connection subscribed to the lock's release channel, or nothing (then the wait polls).
@@ -277,7 +277,7 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> RedisLease::granted(Acqui
   // From here on the lease is released on every way out.
   auto held = std::make_unique<RedisHeldLease>(m_lease, std::move(acquired), m_target, m_request);
   log::event(log::Level::info, "acquired", "acquired lock", context,
-             {log::millis("ttl", m_request.timing.ttl, config::format_duration(m_request.timing.ttl))});
+             {log::millis("ttl", m_request.timing.ttl, util::format_duration(m_request.timing.ttl))});
   if (clock_behind) {
     // Only the counter kept this token above the last one: had it been lost, the clock would have
     // issued a smaller token, and guards would reject every holder until the clock caught up.
@@ -290,7 +290,7 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> RedisLease::granted(Acqui
   if (m_request.min_replicas > 0 && acked < m_request.min_replicas) {
     log::event(log::Level::error, "replicas_missing",
                "only " + std::to_string(acked) + " of " + std::to_string(m_request.min_replicas) +
-                   " replicas confirmed the lock within " + config::format_duration(m_request.replica_timeout) +
+                   " replicas confirmed the lock within " + util::format_duration(m_request.replica_timeout) +
                    "; releasing it",
                context);
     held->release();

@@ -5,13 +5,13 @@
 #include <memory>
 #include <string>
 
-#include "config/url.hpp"
+#include "redis/url.hpp"
 #include "lease/lease.hpp"
 
 namespace fencerun::lease {
 
 struct RedisLeaseTarget {
-  config::RedisEndpoint endpoint;
+  redis::RedisEndpoint endpoint;
   std::string redacted_url;  // for messages and FENCERUN_REDIS_URL: never a password
   std::string key_prefix;
 };

@@ -1,10 +1,10 @@
 #include "lease/timing.hpp"
 
-#include "config/duration.hpp"
+#include "util/duration.hpp"
 
 namespace fencerun::lease {
 
-using config::format_duration;
+using util::format_duration;
 
 std::expected<LeaseTiming, std::string> LeaseTiming::make(milliseconds ttl, std::optional<milliseconds> renew,
                                                            std::optional<milliseconds> grace) {

@@ -49,7 +49,7 @@ void append_command(std::string& payload, std::span<const std::string_view> argv
 }
 
 // "MOVED 3999 127.0.0.1:6381" / "ASK 3999 127.0.0.1:6381" -> the target node.
-std::optional<config::HostPort> redirect_target(const Reply& r) {
+std::optional<HostPort> redirect_target(const Reply& r) {
   std::string_view s = r.str;
   auto sp1 = s.find(' ');
   if (sp1 == std::string_view::npos) return std::nullopt;
@@ -61,12 +61,12 @@ std::optional<config::HostPort> redirect_target(const Reply& r) {
   unsigned port = 0;
   auto [ptr, ec] = std::from_chars(addr.data() + colon + 1, addr.data() + addr.size(), port);
   if (ec != std::errc{} || port == 0 || port > 65535) return std::nullopt;
-  return config::HostPort{std::string(addr.substr(0, colon)), static_cast<std::uint16_t>(port)};
+  return HostPort{std::string(addr.substr(0, colon)), static_cast<std::uint16_t>(port)};
 }
 
-config::RedisEndpoint node_endpoint(const config::RedisEndpoint& base, const config::HostPort& at, bool tls) {
-  config::RedisEndpoint node = base;
-  node.transport = tls ? config::RedisEndpoint::Transport::tls : config::RedisEndpoint::Transport::tcp;
+RedisEndpoint node_endpoint(const RedisEndpoint& base, const HostPort& at, bool tls) {
+  RedisEndpoint node = base;
+  node.transport = tls ? RedisEndpoint::Transport::tls : RedisEndpoint::Transport::tcp;
   node.host = at.host;
   node.port = at.port;
   node.sentinels.clear();
@@ -97,6 +97,10 @@ Error not_sent(Error e) {
 }
 
 }  // namespace
+
+std::string hiredis_version() {
+  return std::to_string(HIREDIS_MAJOR) + "." + std::to_string(HIREDIS_MINOR) + "." + std::to_string(HIREDIS_PATCH);
+}
 
 struct Client::Connection {
   std::unique_ptr<Transport> transport;
@@ -153,7 +157,7 @@ struct Client::Connection {
   }
 };
 
-Client::Client(config::RedisEndpoint endpoint) : m_endpoint(std::move(endpoint)) {}
+Client::Client(RedisEndpoint endpoint) : m_endpoint(std::move(endpoint)) {}
 Client::~Client() = default;
 Client::Client(Client&&) noexcept = default;
 Client& Client::operator=(Client&&) noexcept = default;
@@ -161,25 +165,25 @@ Client& Client::operator=(Client&&) noexcept = default;
 void Client::disconnect() {
   m_conn.reset();
   // A sentinel-managed master may have moved: ask again on the next connect.
-  if (m_endpoint.transport == config::RedisEndpoint::Transport::sentinel) m_node.reset();
+  if (m_endpoint.transport == RedisEndpoint::Transport::sentinel) m_node.reset();
 }
 
 std::string Client::current_node() const { return m_conn ? m_conn->where : std::string(); }
 
-Result<std::unique_ptr<Client::Connection>> Client::open_node(const config::RedisEndpoint& node, bool check_master,
+Result<std::unique_ptr<Client::Connection>> Client::open_node(const RedisEndpoint& node, bool check_master,
                                                               Deadline deadline, bool sentinel) {
   auto transport = open_transport(node, deadline);
   if (!transport) return std::unexpected(not_sent(transport.error()));
   auto conn = std::make_unique<Connection>();
   if (!conn->reader) throw std::bad_alloc();
   conn->transport = std::move(*transport);
-  conn->where = node.transport == config::RedisEndpoint::Transport::unix_socket
+  conn->where = node.transport == RedisEndpoint::Transport::unix_socket
                     ? node.path
                     : node.host + ":" + std::to_string(node.port);
   conn->user = node.user;
   conn->password_hint = sentinel ? "set it in $FENCERUN_SENTINEL_PASSWORD"
                                  : "set it in the URL or in $FENCERUN_REDIS_PASSWORD";
-  conn->plain_tcp = node.transport == config::RedisEndpoint::Transport::tcp;
+  conn->plain_tcp = node.transport == RedisEndpoint::Transport::tcp;
 
   // AUTH, SELECT and ROLE go out in one write, each only when needed.
   std::string payload;
@@ -235,7 +239,7 @@ Result<std::unique_ptr<Client::Connection>> Client::open_node(const config::Redi
   return conn;
 }
 
-Result<config::RedisEndpoint> Client::discover_master(Deadline deadline) {
+Result<RedisEndpoint> Client::discover_master(Deadline deadline) {
   const std::size_t count = m_endpoint.sentinels.size();
   if (count == 0) return std::unexpected(Error{Error::Kind::connection, "no sentinel configured"});
   std::string failures;  // "host:port: why; ..." for the message when none answers
@@ -243,7 +247,7 @@ Result<config::RedisEndpoint> Client::discover_master(Deadline deadline) {
   for (std::size_t tried = 0; tried < count; ++tried) {
     // The sentinel that answered last goes first; the others follow in URL order.
     const std::size_t index = (m_sentinel_first + tried) % count;
-    const config::HostPort& sentinel = m_endpoint.sentinels[index];
+    const HostPort& sentinel = m_endpoint.sentinels[index];
     const std::string where = sentinel.host + ":" + std::to_string(sentinel.port);
     const Deadline now = BootClock::now();
     const auto left = time_left(deadline, now);
@@ -258,7 +262,7 @@ Result<config::RedisEndpoint> Client::discover_master(Deadline deadline) {
     const auto share = std::max<BootClock::duration>(left / static_cast<long>(count - tried), k_sentinel_min_share);
     const Deadline until = std::min(deadline, now + share);
 
-    config::RedisEndpoint s = node_endpoint(m_endpoint, sentinel, m_endpoint.sentinel_tls);
+    RedisEndpoint s = node_endpoint(m_endpoint, sentinel, m_endpoint.sentinel_tls);
     s.user = m_endpoint.sentinel_user;
     s.password = m_endpoint.sentinel_password;
     s.db = 0;
@@ -297,7 +301,7 @@ Result<config::RedisEndpoint> Client::discover_master(Deadline deadline) {
 
 Result<void> Client::connect(Deadline deadline) {
   if (m_conn) return {};
-  const bool sentinel = m_endpoint.transport == config::RedisEndpoint::Transport::sentinel;
+  const bool sentinel = m_endpoint.transport == RedisEndpoint::Transport::sentinel;
   if (sentinel && !m_node) {
     auto master = discover_master(deadline);
     if (!master) return std::unexpected(not_sent(master.error()));
@@ -314,7 +318,7 @@ Result<void> Client::connect(Deadline deadline) {
 }
 
 void Client::recheck_master(Deadline deadline) {
-  if (m_endpoint.transport != config::RedisEndpoint::Transport::sentinel || !m_conn || !m_node) return;
+  if (m_endpoint.transport != RedisEndpoint::Transport::sentinel || !m_conn || !m_node) return;
   if (BootClock::now() - m_master_checked < k_sentinel_recheck) return;
   // The re-check is an extra on top of the caller's request: it may use only a small slice of the
   // request's time, so a hung sentinel delays the request a little and never makes it fail.
@@ -346,7 +350,7 @@ Result<std::vector<Reply>> Client::send(std::span<const std::vector<std::string_
       --redirects;
       continue;
     }
-    if (first.error_is("READONLY") && m_endpoint.transport == config::RedisEndpoint::Transport::sentinel &&
+    if (first.error_is("READONLY") && m_endpoint.transport == RedisEndpoint::Transport::sentinel &&
         redirects < k_max_redirects) {
       // The master we knew was demoted by a failover. The write was refused, so it is safe to ask the
       // sentinels again and send it to the new master.
@@ -357,7 +361,7 @@ Result<std::vector<Reply>> Client::send(std::span<const std::vector<std::string_
     if (!(moved || ask) || redirects >= k_max_redirects) return replies;
     auto target = redirect_target(first);
     if (!target) return replies;
-    bool tls = m_endpoint.transport == config::RedisEndpoint::Transport::tls;
+    bool tls = m_endpoint.transport == RedisEndpoint::Transport::tls;
     if (moved) {
       // The slot lives elsewhere for good: talk to that node from now on.
       m_node = node_endpoint(m_endpoint, *target, tls);

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "config/url.hpp"
+#include "redis/url.hpp"
 #include "redis/error.hpp"
 #include "redis/reply.hpp"
 #include "util/clock.hpp"
@@ -20,9 +20,12 @@ namespace fencerun::redis {
 
 class Transport;
 
+// The hiredis version fencerun was built with, e.g. "1.1.0" (for --version).
+std::string hiredis_version();
+
 class Client {
  public:
-  explicit Client(config::RedisEndpoint endpoint);
+  explicit Client(RedisEndpoint endpoint);
   ~Client();
   Client(Client&&) noexcept;
   Client& operator=(Client&&) noexcept;
@@ -48,7 +51,7 @@ class Client {
   Result<void> connect(Deadline deadline);
   bool connected() const { return m_conn != nullptr; }
   void disconnect();
-  const config::RedisEndpoint& endpoint() const { return m_endpoint; }
+  const RedisEndpoint& endpoint() const { return m_endpoint; }
   // The node currently talked to (after sentinel discovery or a cluster redirection), as host:port.
   std::string current_node() const;
 
@@ -56,9 +59,9 @@ class Client {
 
  private:
   // `sentinel`: the node is a sentinel (its password comes from elsewhere; messages say where).
-  Result<std::unique_ptr<Connection>> open_node(const config::RedisEndpoint& node, bool check_master,
+  Result<std::unique_ptr<Connection>> open_node(const RedisEndpoint& node, bool check_master,
                                                 Deadline deadline, bool sentinel = false);
-  Result<config::RedisEndpoint> discover_master(Deadline deadline);
+  Result<RedisEndpoint> discover_master(Deadline deadline);
   Result<std::vector<Reply>> send(std::span<const std::vector<std::string_view>> commands, Deadline deadline);
 
   // Sentinel: look up the master again before a request when the last look-up is older than this,
@@ -71,8 +74,8 @@ class Client {
   static constexpr std::chrono::milliseconds k_sentinel_min_share{50};
   void recheck_master(Deadline deadline);
 
-  config::RedisEndpoint m_endpoint;
-  std::optional<config::RedisEndpoint> m_node;  // where to connect instead (sentinel result, MOVED)
+  RedisEndpoint m_endpoint;
+  std::optional<RedisEndpoint> m_node;  // where to connect instead (sentinel result, MOVED)
   Deadline m_master_checked{};
   std::size_t m_sentinel_first = 0;  // index of the sentinel that answered last: asked first
   std::unique_ptr<Connection> m_conn;

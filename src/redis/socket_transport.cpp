@@ -191,8 +191,8 @@ Result<AddrinfoPtr> resolve(const std::string& host, std::uint16_t port, Deadlin
 
 }  // namespace
 
-Result<UniqueFd> connect_socket(const config::RedisEndpoint& ep, Deadline deadline) {
-  if (ep.transport == config::RedisEndpoint::Transport::unix_socket) {
+Result<UniqueFd> connect_socket(const RedisEndpoint& ep, Deadline deadline) {
+  if (ep.transport == RedisEndpoint::Transport::unix_socket) {
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     if (ep.path.size() >= sizeof addr.sun_path)
@@ -227,16 +227,16 @@ Result<UniqueFd> connect_socket(const config::RedisEndpoint& ep, Deadline deadli
 }
 
 Result<std::unique_ptr<Transport>> open_tls_transport(UniqueFd fd, const std::string& host,
-                                                      const config::TlsSettings& tls, Deadline deadline);
+                                                      const TlsSettings& tls, Deadline deadline);
 
-Result<std::unique_ptr<Transport>> open_socket_transport(const config::RedisEndpoint& ep, Deadline deadline) {
+Result<std::unique_ptr<Transport>> open_socket_transport(const RedisEndpoint& ep, Deadline deadline) {
   auto fd = connect_socket(ep, deadline);
   if (!fd) return std::unexpected(fd.error());
   return std::unique_ptr<Transport>(new SocketTransport(std::move(*fd)));
 }
 
-Result<std::unique_ptr<Transport>> open_transport(const config::RedisEndpoint& ep, Deadline deadline) {
-  if (ep.transport != config::RedisEndpoint::Transport::tls) return open_socket_transport(ep, deadline);
+Result<std::unique_ptr<Transport>> open_transport(const RedisEndpoint& ep, Deadline deadline) {
+  if (ep.transport != RedisEndpoint::Transport::tls) return open_socket_transport(ep, deadline);
   auto fd = connect_socket(ep, deadline);
   if (!fd) return std::unexpected(fd.error());
   return open_tls_transport(std::move(*fd), ep.host, ep.tls, deadline);

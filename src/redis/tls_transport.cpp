@@ -143,7 +143,7 @@ class TlsTransport final : public Transport {
 }  // namespace
 
 Result<std::unique_ptr<Transport>> open_tls_transport(UniqueFd fd, const std::string& host,
-                                                      const config::TlsSettings& tls, Deadline deadline) {
+                                                      const TlsSettings& tls, Deadline deadline) {
   auto fail = [](std::string message) -> Result<std::unique_ptr<Transport>> {
     return std::unexpected(Error{Error::Kind::connection, std::move(message)});
   };

@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <memory>
 
-#include "config/url.hpp"
+#include "redis/url.hpp"
 #include "redis/error.hpp"
 #include "util/clock.hpp"
 
@@ -23,6 +23,6 @@ class Transport {
 };
 
 // Opens the transport `endpoint` asks for, bounded by `deadline`.
-Result<std::unique_ptr<Transport>> open_transport(const config::RedisEndpoint& endpoint, Deadline deadline);
+Result<std::unique_ptr<Transport>> open_transport(const RedisEndpoint& endpoint, Deadline deadline);
 
 }  // namespace fencerun::redis

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "config/url.hpp"
+#include "redis/url.hpp"
 #include "redis/client.hpp"
 #include "support/redis_server.hpp"
 #include "support/tcp_proxy.hpp"
@@ -17,8 +17,8 @@
 namespace fencerun::test {
 namespace {
 
-config::RedisEndpoint endpoint(const std::string& url) {
-  auto ep = config::parse_redis_url(url);
+redis::RedisEndpoint endpoint(const std::string& url) {
+  auto ep = redis::parse_redis_url(url);
   if (!ep) throw std::runtime_error(url + ": " + ep.error());
   return *ep;
 }

@@ -9,7 +9,7 @@
 #include <chrono>
 #include <thread>
 
-#include "config/url.hpp"
+#include "redis/url.hpp"
 #include "lease/redis_lease.hpp"
 #include "support/redis_server.hpp"
 #include "support/util.hpp"
@@ -44,9 +44,9 @@ class CountingWaiter final : public lease::Waiter {
 class LeaseTest : public ::testing::Test {
  protected:
   lease::RedisLeaseTarget target(const std::string& url) const {
-    auto endpoint = config::parse_redis_url(url);
+    auto endpoint = redis::parse_redis_url(url);
     EXPECT_TRUE(endpoint.has_value());
-    return {endpoint.value_or(config::RedisEndpoint{}), url, "fencerun:"};
+    return {endpoint.value_or(redis::RedisEndpoint{}), url, "fencerun:"};
   }
   lease::LeaseRequest request(const std::string& name, milliseconds ttl = 5000ms,
                               std::optional<milliseconds> wait = 0ms, bool fair = false) const {

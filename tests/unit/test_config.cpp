@@ -21,7 +21,7 @@ using fencerun::config::LogLevel;
 using fencerun::config::make_config;
 using fencerun::config::Options;
 using fencerun::config::Subcommand;
-using Transport = fencerun::config::RedisEndpoint::Transport;
+using Transport = fencerun::redis::RedisEndpoint::Transport;
 using std::chrono::milliseconds;
 
 namespace {

@@ -3,10 +3,10 @@
 #include <chrono>
 #include <string>
 
-#include "config/duration.hpp"
+#include "util/duration.hpp"
 
-using fencerun::config::format_duration;
-using fencerun::config::parse_duration;
+using fencerun::util::format_duration;
+using fencerun::util::parse_duration;
 using std::chrono::milliseconds;
 
 namespace {

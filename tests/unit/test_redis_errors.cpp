@@ -10,7 +10,7 @@
 #include <chrono>
 #include <string>
 
-#include "config/url.hpp"
+#include "redis/url.hpp"
 #include "redis/client.hpp"
 
 namespace fencerun::redis {
@@ -18,10 +18,10 @@ namespace {
 
 using namespace std::chrono_literals;
 
-config::RedisEndpoint endpoint(const std::string& url) {
-  auto ep = config::parse_redis_url(url);
+redis::RedisEndpoint endpoint(const std::string& url) {
+  auto ep = redis::parse_redis_url(url);
   EXPECT_TRUE(ep.has_value()) << url;
-  return ep.value_or(config::RedisEndpoint{});
+  return ep.value_or(redis::RedisEndpoint{});
 }
 
 // A loopback port below 32768 that nothing listens on (bound, then closed).

@@ -4,12 +4,12 @@
 #include <string>
 #include <vector>
 
-#include "config/url.hpp"
+#include "redis/url.hpp"
 
-using fencerun::config::parse_redis_url;
-using fencerun::config::redacted_url;
-using fencerun::config::RedisEndpoint;
-using Transport = fencerun::config::RedisEndpoint::Transport;
+using fencerun::redis::parse_redis_url;
+using fencerun::redis::redacted_url;
+using fencerun::redis::RedisEndpoint;
+using Transport = fencerun::redis::RedisEndpoint::Transport;
 
 namespace {
 
@@ -271,7 +271,7 @@ TEST(redis_url, redacted_urls_parse_back_to_the_same_endpoint_without_password) 
 
 // Sentinel URLs: redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/MASTER[?db=N].
 
-using fencerun::config::HostPort;
+using fencerun::redis::HostPort;
 
 TEST(redis_url, parses_sentinel_urls) {
   auto ep = parsed("redis+sentinel://s1.example:26379,s2.example:26380/mymaster?db=2");

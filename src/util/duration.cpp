@@ -1,9 +1,9 @@
-#include "config/duration.hpp"
+#include "util/duration.hpp"
 
 #include <charconv>
 #include <cstdint>
 
-namespace fencerun::config {
+namespace fencerun::util {
 namespace {
 
 // Cap at about 100 years: anything larger is a typo, and it keeps every sum of durations in range.
@@ -102,4 +102,4 @@ std::string format_duration(std::chrono::milliseconds d) {
   return sign + std::to_string(a) + "ms";
 }
 
-}  // namespace fencerun::config
+}  // namespace fencerun::util

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace fencerun::config {
+namespace fencerun::util {
 
 // Parses a duration into whole milliseconds; a value that is not a whole number of milliseconds
 // ("0.0001s", "1.5ms") is an error, never rounded. Values beyond 100 years are an error. The error
@@ -18,4 +18,4 @@ std::expected<std::chrono::milliseconds, std::string> parse_duration(std::string
 // Shortest exact rendering: 1500ms -> "1500ms", 30000ms -> "30s", 300000ms -> "5m".
 std::string format_duration(std::chrono::milliseconds d);
 
-}  // namespace fencerun::config
+}  // namespace fencerun::util

@@ -1,8 +1,8 @@
-#include "config/url.hpp"
+#include "redis/url.hpp"
 
 #include <charconv>
 
-namespace fencerun::config {
+namespace fencerun::redis {
 namespace {
 
 int hex_value(char c) {
@@ -240,4 +240,4 @@ std::string redacted_url(const RedisEndpoint& ep) {
   return out;
 }
 
-}  // namespace fencerun::config
+}  // namespace fencerun::redis

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-namespace fencerun::config {
+namespace fencerun::redis {
 
 struct HostPort {
   std::string host;
@@ -50,4 +50,4 @@ std::expected<RedisEndpoint, std::string> parse_redis_url(std::string_view url);
 // The URL of `endpoint` in canonical form with any password removed (the user name is kept).
 std::string redacted_url(const RedisEndpoint& endpoint);
 
-}  // namespace fencerun::config
+}  // namespace fencerun::redis
