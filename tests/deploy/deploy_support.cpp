@@ -24,45 +24,6 @@ namespace fencerun::test::deploy {
 
 namespace {
 
-Reply convert(const redisReply* r) {
-  Reply out;
-  if (!r) return out;
-  switch (r->type) {
-    case REDIS_REPLY_NIL: out.type = Reply::Type::Nil; break;
-    case REDIS_REPLY_STATUS: out.type = Reply::Type::Status; out.str.assign(r->str, r->len); break;
-    case REDIS_REPLY_ERROR: out.type = Reply::Type::Error; out.str.assign(r->str, r->len); break;
-    case REDIS_REPLY_INTEGER: out.type = Reply::Type::Integer; out.integer = r->integer; break;
-    case REDIS_REPLY_STRING: out.type = Reply::Type::String; out.str.assign(r->str, r->len); break;
-    case REDIS_REPLY_ARRAY:
-      out.type = Reply::Type::Array;
-      for (size_t i = 0; i < r->elements; ++i) out.elements.push_back(convert(r->element[i]));
-      break;
-    default:
-      out.type = Reply::Type::Error;
-      out.str = "unexpected reply type " + std::to_string(r->type);
-  }
-  return out;
-}
-
-Reply send(redisContext* c, const std::vector<std::string>& args) {
-  std::vector<const char*> argv;
-  std::vector<size_t> lens;
-  for (const auto& a : args) {
-    argv.push_back(a.data());
-    lens.push_back(a.size());
-  }
-  auto* raw = static_cast<redisReply*>(
-      redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()));
-  if (!raw) {
-    Reply none;
-    none.str = c->errstr[0] ? c->errstr : "no reply";
-    return none;
-  }
-  Reply out = convert(raw);
-  freeReplyObject(raw);
-  return out;
-}
-
 // Starts `argv`, waits until INFO over `t` shows the process's pid. False when it exited or did
 // not answer within 10 s (the process is then killed).
 bool start_and_wait(std::unique_ptr<Process>& proc, std::vector<std::string> argv, const Target& t,
@@ -142,10 +103,10 @@ std::vector<Reply> call_many(const Target& t, const std::vector<std::vector<std:
   }
   redisSetTimeout(c, tv);
   if (t.password) {
-    Reply a = t.user.empty() ? send(c, {"AUTH", *t.password}) : send(c, {"AUTH", t.user, *t.password});
+    Reply a = t.user.empty() ? send_command(c, {"AUTH", *t.password}) : send_command(c, {"AUTH", t.user, *t.password});
     if (!a.ok()) return {a};
   }
-  for (const auto& args : commands) out.push_back(send(c, args));
+  for (const auto& args : commands) out.push_back(send_command(c, args));
   return out;
 }
 

@@ -14,9 +14,7 @@
 
 namespace fencerun::test {
 
-namespace {
-
-Reply convert(const redisReply* r) {
+Reply to_reply(const redisReply* r) {
   Reply out;
   if (!r) return out;
   switch (r->type) {
@@ -41,7 +39,7 @@ Reply convert(const redisReply* r) {
       break;
     case REDIS_REPLY_ARRAY:
       out.type = Reply::Type::Array;
-      for (size_t i = 0; i < r->elements; ++i) out.elements.push_back(convert(r->element[i]));
+      for (size_t i = 0; i < r->elements; ++i) out.elements.push_back(to_reply(r->element[i]));
       break;
     default:
       out.type = Reply::Type::Error;
@@ -49,6 +47,26 @@ Reply convert(const redisReply* r) {
   }
   return out;
 }
+
+Reply send_command(redisContext* c, const std::vector<std::string>& args) {
+  std::vector<const char*> argv;
+  std::vector<size_t> lens;
+  for (const auto& a : args) {
+    argv.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  auto* raw = static_cast<redisReply*>(redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()));
+  if (!raw) {
+    Reply none;
+    none.str = c->errstr[0] ? c->errstr : "no reply";
+    return none;
+  }
+  Reply out = to_reply(raw);
+  freeReplyObject(raw);
+  return out;
+}
+
+namespace {
 
 timeval to_timeval(std::chrono::milliseconds ms) {
   timeval tv{};
@@ -60,26 +78,6 @@ timeval to_timeval(std::chrono::milliseconds ms) {
 struct CtxDeleter {
   void operator()(redisContext* c) const { redisFree(c); }
 };
-struct ReplyDeleter {
-  void operator()(redisReply* r) const { freeReplyObject(r); }
-};
-
-Reply command(redisContext* c, const std::vector<std::string>& args) {
-  std::vector<const char*> argv;
-  std::vector<size_t> lens;
-  for (const auto& a : args) {
-    argv.push_back(a.data());
-    lens.push_back(a.size());
-  }
-  std::unique_ptr<redisReply, ReplyDeleter> r(static_cast<redisReply*>(
-      redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data())));
-  if (!r) {
-    Reply none;
-    none.str = c->errstr[0] ? c->errstr : "no reply";
-    return none;
-  }
-  return convert(r.get());
-}
 
 }  // namespace
 
@@ -228,10 +226,10 @@ Reply RedisServer::cmd(const std::vector<std::string>& args,
   }
   redisSetTimeout(c.get(), tv);
   if (opts_.password) {
-    Reply a = command(c.get(), {"AUTH", *opts_.password});
+    Reply a = send_command(c.get(), {"AUTH", *opts_.password});
     if (!a.ok()) return a;
   }
-  return command(c.get(), args);
+  return send_command(c.get(), args);
 }
 
 std::optional<std::string> RedisServer::get(const std::string& key) const {

@@ -14,6 +14,9 @@
 #include "support/process.hpp"
 #include "support/util.hpp"
 
+struct redisContext;
+struct redisReply;
+
 namespace fencerun::test {
 
 struct Reply {
@@ -27,6 +30,12 @@ struct Reply {
   bool is_nil() const { return type == Type::Nil; }
   std::string describe() const;
 };
+
+// A hiredis reply as a Reply (a null reply gives type None).
+Reply to_reply(const redisReply* r);
+// One command on an open hiredis connection; type None, with the connection's error, when no reply
+// came back.
+Reply send_command(redisContext* c, const std::vector<std::string>& args);
 
 struct RedisOptions {
   std::optional<std::string> password;  // --requirepass
