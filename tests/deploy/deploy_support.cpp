@@ -10,9 +10,6 @@
 #include <stdexcept>
 #include <thread>
 
-#ifndef REDIS_SERVER_EXECUTABLE
-#define REDIS_SERVER_EXECUTABLE "redis-server"
-#endif
 #ifndef REDIS_CLI_EXECUTABLE
 #define REDIS_CLI_EXECUTABLE ""
 #endif
@@ -237,7 +234,7 @@ TlsRedisServer::TlsRedisServer(const Certs& certs, bool auth_clients) {
   for (int attempt = 0; attempt < 20; ++attempt) {
     port_ = pick_free_port();
     std::vector<std::string> argv = {
-        REDIS_SERVER_EXECUTABLE, "--port", "0", "--tls-port", std::to_string(port_),
+        redis_server_program(), "--port", "0", "--tls-port", std::to_string(port_),
         "--bind", "127.0.0.1", "--unixsocket", (dir_ / "redis.sock").string(),
         "--unixsocketperm", "700", "--save", "", "--appendonly", "no", "--daemonize", "no",
         "--dir", dir_.str(), "--logfile", (dir_ / "redis.log").string(),
@@ -280,7 +277,7 @@ SentinelProcess::SentinelProcess(const std::string& master_name, int master_port
                          std::to_string(master_port) + " " + std::to_string(quorum) + "\n"
                          "sentinel down-after-milliseconds " + master_name + " 1000\n"
                          "sentinel failover-timeout " + master_name + " 3000\n");
-    if (start_and_wait(proc_, {REDIS_SERVER_EXECUTABLE, conf.string(), "--sentinel"}, tcp(port_),
+    if (start_and_wait(proc_, {redis_server_program(), conf.string(), "--sentinel"}, tcp(port_),
                        &why))
       return;
   }

@@ -1,18 +1,58 @@
 #include "support/redis_server.hpp"
 
+#include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/time.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
 
+// The path CMake found, or empty: then PATH is searched when the tests run.
 #ifndef REDIS_SERVER_EXECUTABLE
-#define REDIS_SERVER_EXECUTABLE "redis-server"
+#define REDIS_SERVER_EXECUTABLE ""
 #endif
 
 namespace fencerun::test {
+
+namespace {
+
+bool executable_file(const std::string& path) {
+  struct stat st{};
+  return !path.empty() && ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+}  // namespace
+
+const std::optional<std::string>& find_redis_server() {
+  static const std::optional<std::string> found = []() -> std::optional<std::string> {
+    if (executable_file(REDIS_SERVER_EXECUTABLE)) return std::string(REDIS_SERVER_EXECUTABLE);
+    const char* path = std::getenv("PATH");
+    std::istringstream dirs(path ? path : "");
+    for (std::string dir; std::getline(dirs, dir, ':');) {
+      std::string candidate = (dir.empty() ? std::string(".") : dir) + "/redis-server";
+      if (executable_file(candidate)) return candidate;
+    }
+    return std::nullopt;
+  }();
+  return found;
+}
+
+const std::string& redis_server_program() {
+  const auto& found = find_redis_server();
+  if (!found) skip_current_test("redis-server not found: install redis-server");
+  return *found;
+}
+
+void skip_current_test(const std::string& why) {
+  [&] { GTEST_SKIP() << why; }();
+  throw ::testing::AssertionException(
+      ::testing::TestPartResult(::testing::TestPartResult::kSkip, __FILE__, __LINE__, why.c_str()));
+}
 
 Reply to_reply(const redisReply* r) {
   Reply out;
@@ -99,6 +139,7 @@ std::string Reply::describe() const {
 }
 
 RedisServer::RedisServer(RedisOptions opts) : opts_(std::move(opts)) {
+  redis_server_program();  // skips the test when there is none
   dir_ = std::make_unique<TempDir>("redis");
   std::string why;
   for (int attempt = 0; attempt < 20; ++attempt) {
@@ -122,7 +163,7 @@ std::string RedisServer::unix_url() const { return "unix://" + socket_path(); }
 
 bool RedisServer::try_start_once(std::string* why) {
   std::vector<std::string> argv = {
-      REDIS_SERVER_EXECUTABLE, "--port",       std::to_string(port_), "--bind",
+      redis_server_program(),  "--port",       std::to_string(port_), "--bind",
       "127.0.0.1",             "--unixsocket", socket_path(),         "--unixsocketperm",
       "700",                   "--save",       "",                    "--appendonly",
       "no",                    "--daemonize",  "no",                  "--dir",
