@@ -10,9 +10,6 @@
 #include <stdexcept>
 #include <thread>
 
-#ifndef REDIS_SERVER_EXECUTABLE
-#define REDIS_SERVER_EXECUTABLE "redis-server"
-#endif
 #ifndef REDIS_CLI_EXECUTABLE
 #define REDIS_CLI_EXECUTABLE ""
 #endif
@@ -23,45 +20,6 @@
 namespace fencerun::test::deploy {
 
 namespace {
-
-Reply convert(const redisReply* r) {
-  Reply out;
-  if (!r) return out;
-  switch (r->type) {
-    case REDIS_REPLY_NIL: out.type = Reply::Type::Nil; break;
-    case REDIS_REPLY_STATUS: out.type = Reply::Type::Status; out.str.assign(r->str, r->len); break;
-    case REDIS_REPLY_ERROR: out.type = Reply::Type::Error; out.str.assign(r->str, r->len); break;
-    case REDIS_REPLY_INTEGER: out.type = Reply::Type::Integer; out.integer = r->integer; break;
-    case REDIS_REPLY_STRING: out.type = Reply::Type::String; out.str.assign(r->str, r->len); break;
-    case REDIS_REPLY_ARRAY:
-      out.type = Reply::Type::Array;
-      for (size_t i = 0; i < r->elements; ++i) out.elements.push_back(convert(r->element[i]));
-      break;
-    default:
-      out.type = Reply::Type::Error;
-      out.str = "unexpected reply type " + std::to_string(r->type);
-  }
-  return out;
-}
-
-Reply send(redisContext* c, const std::vector<std::string>& args) {
-  std::vector<const char*> argv;
-  std::vector<size_t> lens;
-  for (const auto& a : args) {
-    argv.push_back(a.data());
-    lens.push_back(a.size());
-  }
-  auto* raw = static_cast<redisReply*>(
-      redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()));
-  if (!raw) {
-    Reply none;
-    none.str = c->errstr[0] ? c->errstr : "no reply";
-    return none;
-  }
-  Reply out = convert(raw);
-  freeReplyObject(raw);
-  return out;
-}
 
 // Starts `argv`, waits until INFO over `t` shows the process's pid. False when it exited or did
 // not answer within 10 s (the process is then killed).
@@ -142,10 +100,10 @@ std::vector<Reply> call_many(const Target& t, const std::vector<std::vector<std:
   }
   redisSetTimeout(c, tv);
   if (t.password) {
-    Reply a = t.user.empty() ? send(c, {"AUTH", *t.password}) : send(c, {"AUTH", t.user, *t.password});
+    Reply a = t.user.empty() ? send_command(c, {"AUTH", *t.password}) : send_command(c, {"AUTH", t.user, *t.password});
     if (!a.ok()) return {a};
   }
-  for (const auto& args : commands) out.push_back(send(c, args));
+  for (const auto& args : commands) out.push_back(send_command(c, args));
   return out;
 }
 
@@ -276,7 +234,7 @@ TlsRedisServer::TlsRedisServer(const Certs& certs, bool auth_clients) {
   for (int attempt = 0; attempt < 20; ++attempt) {
     port_ = pick_free_port();
     std::vector<std::string> argv = {
-        REDIS_SERVER_EXECUTABLE, "--port", "0", "--tls-port", std::to_string(port_),
+        redis_server_program(), "--port", "0", "--tls-port", std::to_string(port_),
         "--bind", "127.0.0.1", "--unixsocket", (dir_ / "redis.sock").string(),
         "--unixsocketperm", "700", "--save", "", "--appendonly", "no", "--daemonize", "no",
         "--dir", dir_.str(), "--logfile", (dir_ / "redis.log").string(),
@@ -319,7 +277,7 @@ SentinelProcess::SentinelProcess(const std::string& master_name, int master_port
                          std::to_string(master_port) + " " + std::to_string(quorum) + "\n"
                          "sentinel down-after-milliseconds " + master_name + " 1000\n"
                          "sentinel failover-timeout " + master_name + " 3000\n");
-    if (start_and_wait(proc_, {REDIS_SERVER_EXECUTABLE, conf.string(), "--sentinel"}, tcp(port_),
+    if (start_and_wait(proc_, {redis_server_program(), conf.string(), "--sentinel"}, tcp(port_),
                        &why))
       return;
   }

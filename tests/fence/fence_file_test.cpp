@@ -1,4 +1,5 @@
-// `fencerun fence file`: scenarios with real leases, the crash-recovery rule, and the CLI contract.
+// `fencerun fence file`: its kit for the guard suite (guard_suite_test.cpp), and what only this guard
+// has: the crash-recovery rule, side files and temp files, its lock, delayed data, the CLI contract.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/file.h>
@@ -7,8 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <iostream>
-#include <random>
 #include <set>
 #include <thread>
 
@@ -17,33 +16,6 @@
 
 namespace fencerun::test::fence {
 namespace {
-
-class FileKit : public GuardKit {
- public:
-  explicit FileKit(const std::filesystem::path& dir) : m_data(dir / "data"), m_control(dir / "control") {}
-  std::string name() const override { return "file"; }
-  std::string guarded_body() const override {
-    return "  printf '%s\\n' \"$DATA\" | \"$FENCERUN\" fence file \"$FENCE_FILE\"";
-  }
-  std::string plain_body() const override { return "  printf '%s\\n' \"$DATA\" > \"$FENCE_CONTROL\""; }
-  std::optional<std::string> guarded_value() const override { return value(m_data); }
-  std::optional<std::string> control_value() const override { return value(m_control); }
-  std::optional<long long> recorded_token() const override {
-    auto text = read_file(m_data.string() + ".fence");
-    if (!text) return std::nullopt;
-    return parse_ll(trim(text->substr(0, text->find('\n'))));
-  }
-  EnvList env() const override { return {{"FENCE_FILE", m_data.string()}, {"FENCE_CONTROL", m_control.string()}}; }
-  const std::filesystem::path& data() const { return m_data; }
-
- private:
-  static std::optional<std::string> value(const std::filesystem::path& p) {
-    auto v = read_file(p);
-    if (!v) return std::nullopt;
-    return trim(*v);
-  }
-  std::filesystem::path m_data, m_control;
-};
 
 // Runs `fencerun fence file ARGS...` with `input` on stdin.
 RunResult fence_file(const TempDir& dir, std::vector<std::string> args, const std::string& input, EnvList env = {}) {
@@ -78,45 +50,81 @@ bool holds_unnamed_file(pid_t pid, const std::filesystem::path& dir) {
   return false;
 }
 
-TEST(FenceFile, AcceptsNewerAndEqualRejectsOlderWithBothTokens) {
+// The file guard in the common scenarios: `fence file data` run in the lab's directory, the control
+// a plain file written by the shell.
+class FileKit : public Kit {
+ public:
+  explicit FileKit(const TempDir& dir) : m_dir(dir), m_data(dir / "data"), m_control(dir / "control") {}
+  std::string name() const override { return "file"; }
+  std::string guarded_body() const override {
+    return "  printf '%s\\n' \"$DATA\" | \"$FENCERUN\" fence file \"$FENCE_FILE\"";
+  }
+  std::string plain_body() const override { return "  printf '%s\\n' \"$DATA\" > \"$FENCE_CONTROL\""; }
+  std::optional<std::string> guarded_value() const override { return value(m_data); }
+  std::optional<std::string> control_value() const override { return value(m_control); }
+  std::optional<long long> recorded_token() const override {
+    auto text = read_file(m_data.string() + ".fence");
+    if (!text) return std::nullopt;
+    return parse_ll(trim(text->substr(0, text->find('\n'))));
+  }
+  EnvList env() const override { return {{"FENCE_FILE", m_data.string()}, {"FENCE_CONTROL", m_control.string()}}; }
+
+  std::unique_ptr<Process> start_write(const Token& token, const std::string& data) override {
+    auto in = m_dir / ("write." + std::to_string(++m_writes));
+    write_file(in, data + "\n");
+    std::vector<std::string> args = {"fence", "file"};
+    SpawnOptions so;
+    add_cli_token(token, args, so.env);
+    args.push_back("data");
+    so.stdin_file = in;
+    so.cwd = m_dir.path();
+    return std::make_unique<FencerunProcess>(std::move(args), std::move(so));
+  }
+  GuardResult finish(Process& writer) const override { return finish_cli(writer); }
+  std::string stale_message(long long stale, long long accepted) const override {
+    return "fencerun: stale token " + std::to_string(stale) + " rejected for data: it has accepted " +
+           std::to_string(accepted);
+  }
+  std::vector<Token> malformed_tokens() const override { return cli_malformed_tokens(); }
+  // The record holds the token alone once no write is in progress; no temp file is left.
+  void expect_settled(long long token) const override {
+    EXPECT_EQ(read_file(m_data.string() + ".fence"), std::to_string(token) + "\n");
+    EXPECT_TRUE(temp_files(m_dir.path()).empty());
+  }
+  void expect_nothing_written() const override {
+    EXPECT_FALSE(std::filesystem::exists(m_data));
+    EXPECT_FALSE(std::filesystem::exists(m_data.string() + ".fence"));
+  }
+  unsigned rounds_seed() const override { return 20240611u; }
+
+ private:
+  // The content without the one newline every write ends with.
+  static std::optional<std::string> value(const std::filesystem::path& p) {
+    auto v = read_file(p);
+    if (v && v->ends_with('\n')) v->pop_back();
+    return v;
+  }
+  const TempDir& m_dir;
+  std::filesystem::path m_data, m_control;
+  int m_writes = 0;
+};
+
+const bool g_file_kit = register_kit("file", [](Lab& lab) { return std::make_unique<FileKit>(lab.dir()); });
+
+// Fresh, stale and equal tokens and malformed ones are in the guard suite (GuardSuite.*/file).
+TEST(FenceFile, TakesTheTokenOptionBeforeTheEnvironment) {
   TempDir dir("fence-file");
-  auto r = fence_file(dir, {"--token", "42", "data"}, "first\n");
-  ASSERT_EQ(r.exit_code, 0) << r;
-  EXPECT_EQ(read_file(dir / "data"), "first\n");
-  EXPECT_EQ(read_file(dir / "data.fence"), "42\n");
-
-  r = fence_file(dir, {"--token", "41", "data"}, "stale\n");
-  EXPECT_EQ(r.exit_code, 77) << r;
-  EXPECT_EQ(trim(r.err), "fencerun: stale token 41 rejected for data: it has accepted 42");
-  EXPECT_EQ(read_file(dir / "data"), "first\n");
-
-  r = fence_file(dir, {"data"}, "equal\n", {{"FENCERUN_TOKEN", "42"}});
-  EXPECT_EQ(r.exit_code, 0) << r;
-  EXPECT_EQ(read_file(dir / "data"), "equal\n");
-
-  r = fence_file(dir, {"--token=43", "data"}, "newer\n", {{"FENCERUN_TOKEN", "1"}});  // option wins
+  ASSERT_EQ(fence_file(dir, {"--token", "42", "data"}, "first\n").exit_code, 0);
+  auto r = fence_file(dir, {"--token=43", "data"}, "newer\n", {{"FENCERUN_TOKEN", "1"}});  // option wins
   EXPECT_EQ(r.exit_code, 0) << r;
   EXPECT_EQ(read_file(dir / "data"), "newer\n");
   EXPECT_EQ(read_file(dir / "data.fence"), "43\n");
   EXPECT_TRUE(temp_files(dir.path()).empty());
 }
 
-TEST(FenceFile, MissingOrMalformedTokenIsAUsageErrorAndWritesNothing) {
+TEST(FenceFile, MissingOrExtraPathIsAUsageError) {
   TempDir dir("fence-file");
-  for (const auto& env : std::vector<EnvList>{{}, {{"FENCERUN_TOKEN", ""}}, {{"FENCERUN_TOKEN", "abc"}},
-                                              {{"FENCERUN_TOKEN", "-5"}}, {{"FENCERUN_TOKEN", "0"}},
-                                              {{"FENCERUN_TOKEN", "9007199254740992"}},
-                                              {{"FENCERUN_TOKEN", " 5"}}}) {
-    auto r = fence_file(dir, {"data"}, "x\n", env);
-    EXPECT_EQ(r.exit_code, 64) << r;
-    EXPECT_FALSE(std::filesystem::exists(dir / "data"));
-    EXPECT_FALSE(std::filesystem::exists(dir / "data.fence"));
-  }
-  auto r = fence_file(dir, {"--token", "1e5", "data"}, "x\n");
-  EXPECT_EQ(r.exit_code, 64) << r;
-  r = fence_file(dir, {"--token", "9007199254740991", "data"}, "max\n");
-  EXPECT_EQ(r.exit_code, 0) << r;
-  r = fence_file(dir, {"--token", "5"}, "x\n");
+  auto r = fence_file(dir, {"--token", "5"}, "x\n");
   EXPECT_EQ(r.exit_code, 64) << "missing PATH\n" << r;
   r = fence_file(dir, {"--token", "5", "a", "b"}, "x\n");
   EXPECT_EQ(r.exit_code, 64) << r;
@@ -314,50 +322,11 @@ TEST(FenceFile, HeldLockBlocksWritersAndStaleCheckHappensUnderIt) {
   EXPECT_TRUE(temp_files(dir.path()).empty()) << "the rejected writer's temp file is removed";
 }
 
-TEST(FenceFile, ConcurrentWritersEndWithTheGreatestToken) {
-  TempDir dir("fence-file");
-  std::vector<std::unique_ptr<FencerunProcess>> procs;
-  std::vector<int> tokens;
-  std::mt19937 rng(7);
-  for (int i = 0; i < 24; ++i) {
-    int t = 100 + static_cast<int>(rng() % 1000);
-    tokens.push_back(t);
-    auto in = dir / ("in" + std::to_string(i));
-    write_file(in, "token " + std::to_string(t) + "\n" + std::string(100000, 'x') + "\n");
-    SpawnOptions so;
-    so.cwd = dir.path();
-    so.stdin_file = in;
-    procs.push_back(std::make_unique<FencerunProcess>(
-        std::vector<std::string>{"fence", "file", "--token", std::to_string(t), "data"}, so));
-  }
-  int accepted = 0;
-  for (auto& p : procs) {
-    auto code = p->wait_for_exit(30s);
-    ASSERT_TRUE(code.has_value());
-    EXPECT_TRUE(*code == 0 || *code == 77) << p->result();
-    accepted += *code == 0;
-  }
-  int greatest = *std::max_element(tokens.begin(), tokens.end());
-  EXPECT_GE(accepted, 1);
-  EXPECT_EQ(read_file(dir / "data.fence"), std::to_string(greatest) + "\n");
-  auto data = read_file(dir / "data");
-  ASSERT_TRUE(data);
-  EXPECT_EQ(data->substr(0, data->find('\n')), "token " + std::to_string(greatest));
-  EXPECT_EQ(data->size(), std::string("token " + std::to_string(greatest) + "\n").size() + 100001);
-  EXPECT_TRUE(temp_files(dir.path()).empty());
-}
-
-TEST(FenceFile, PausedOwnerIsRejected) {
-  Lab lab("fence-file-paused");
-  FileKit kit(lab.dir().path());
-  paused_owner_scenario(lab, kit);
-}
-
 // A's write is issued while A holds the lease: the guard runs and waits for its data, which is still
 // in flight (a FIFO the test holds). A's lease expires, B writes; then A's data arrives: rejected.
 TEST(FenceFile, DelayedRequestIsRejected) {
   Lab lab("fence-file-delayed");
-  FileKit kit(lab.dir().path());
+  FileKit kit(lab.dir());
   auto fifo = lab.file("a.fifo");
   auto cfifo = lab.file("a.cfifo");
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
@@ -411,25 +380,6 @@ TEST(FenceFile, DelayedRequestIsRejected) {
   EXPECT_TRUE(a.wait_for_exit(10s).has_value());
   EXPECT_EQ(b.finish(), 0) << b.result();
   EXPECT_NE(a.result().err.find("stale token " + *a_token + " rejected"), std::string::npos) << a.result();
-}
-
-TEST(FenceFile, ManyPausedRounds) {
-  Lab lab("fence-file-rounds");
-  FileKit kit(lab.dir().path());
-  auto start = Clock::now();
-  RoundStats s = run_rounds(lab, kit, 50, 20240611u);
-  std::cout << s.report("file") << " (" << ms_between(start, Clock::now()) << " ms)" << std::endl;
-  RecordProperty("rounds", s.rounds);
-  RecordProperty("stale_attempted", s.stale_attempted);
-  RecordProperty("stale_accepted", s.stale_accepted);
-  RecordProperty("control_stale_applied", s.control_stale_applied);
-  EXPECT_GE(s.rounds, 50);
-  EXPECT_EQ(s.stale_accepted, 0);
-  EXPECT_EQ(s.fresh_rejected, 0);
-  EXPECT_EQ(s.monotonic_violations, 0);
-  EXPECT_GT(s.stale_attempted, 0);
-  EXPECT_EQ(s.control_stale_applied, s.stale_attempted) << "the control must show what the guard stopped";
-  EXPECT_EQ(s.lock_survived, s.lock_checks);
 }
 
 }  // namespace

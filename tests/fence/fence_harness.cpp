@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -29,11 +30,111 @@ std::string fencerun_path() { return fencerun_binary(); }
 
 Lab::Lab(std::string lock_name) : m_lock(std::move(lock_name)) {}
 
-bool Lab::wait_lock_free(Clock::duration timeout) {
-  return wait_until([&] { return !m_redis.exists(lock_key(m_lock)); }, timeout, 2ms);
+RedisServer& Lab::redis() const {
+  if (!m_redis) m_redis = std::make_unique<RedisServer>();
+  return *m_redis;
 }
 
-std::optional<std::string> Lab::lock_value() const { return m_redis.get(lock_key(m_lock)); }
+bool Lab::wait_lock_free(Clock::duration timeout) {
+  return wait_until([&] { return !redis().exists(lock_key(m_lock)); }, timeout, 2ms);
+}
+
+std::optional<std::string> Lab::lock_value() const { return redis().get(lock_key(m_lock)); }
+
+// ---------------------------------------------------------------------------------------------- Kit
+
+std::string Token::describe() const {
+  switch (via) {
+    case Via::Option: return "token option '" + text + "'";
+    case Via::Environment: return "FENCERUN_TOKEN='" + text + "'";
+    case Via::Missing: break;
+  }
+  return "no token";
+}
+
+void Kit::expect_nothing_written() const {
+  EXPECT_EQ(guarded_value(), std::nullopt) << name() << ": nothing may be written";
+  EXPECT_EQ(recorded_token(), std::nullopt) << name() << ": no token may be recorded";
+}
+
+std::vector<Token> cli_malformed_tokens() {
+  return {Token::missing(),
+          Token::environment(""),
+          Token::environment("abc"),
+          Token::environment("x1"),
+          Token::environment("-5"),
+          Token::environment("0"),
+          Token::environment("9007199254740992"),
+          Token::environment(" 5"),
+          Token::option("1e5")};
+}
+
+void add_cli_token(const Token& token, std::vector<std::string>& args, EnvList& env) {
+  switch (token.via) {
+    case Token::Via::Option: args.insert(args.end(), {"--token", token.text}); break;
+    case Token::Via::Environment: env.emplace_back("FENCERUN_TOKEN", token.text); break;
+    case Token::Via::Missing: break;
+  }
+}
+
+GuardResult finish_cli(Process& writer) {
+  GuardResult g;
+  auto code = writer.wait_for_exit(30s);
+  const RunResult r = writer.result();
+  g.code = code.value_or(-1);
+  g.message = trim(r.err);
+  g.detail = (code ? "" : "(did not finish within 30 s) ") + r.describe();
+  return g;
+}
+
+namespace {
+
+class UnavailableKit : public Kit {
+ public:
+  UnavailableKit(std::string name, std::string why) : m_name(std::move(name)), m_why(std::move(why)) {}
+  std::string name() const override { return m_name; }
+  std::optional<std::string> unavailable() const override { return m_why; }
+  std::string guarded_body() const override { return unused<std::string>(); }
+  std::string plain_body() const override { return unused<std::string>(); }
+  std::optional<std::string> guarded_value() const override { return unused<std::optional<std::string>>(); }
+  std::optional<std::string> control_value() const override { return unused<std::optional<std::string>>(); }
+  std::optional<long long> recorded_token() const override { return unused<std::optional<long long>>(); }
+  EnvList env() const override { return unused<EnvList>(); }
+  std::unique_ptr<Process> start_write(const Token&, const std::string&) override {
+    return unused<std::unique_ptr<Process>>();
+  }
+  GuardResult finish(Process&) const override { return unused<GuardResult>(); }
+  std::string stale_message(long long, long long) const override { return unused<std::string>(); }
+  std::vector<Token> malformed_tokens() const override { return unused<std::vector<Token>>(); }
+
+ private:
+  template <class T>
+  T unused() const {
+    throw std::logic_error(m_name + " kit is unavailable (" + m_why + ") and must not be used");
+  }
+  std::string m_name, m_why;
+};
+
+std::vector<KitEntry>& kit_registry() {
+  static std::vector<KitEntry> kits;
+  return kits;
+}
+}  // namespace
+
+std::unique_ptr<Kit> unavailable_kit(std::string name, std::string why) {
+  return std::make_unique<UnavailableKit>(std::move(name), std::move(why));
+}
+
+bool register_kit(std::string name, std::function<std::unique_ptr<Kit>(Lab&)> make) {
+  kit_registry().push_back({std::move(name), std::move(make)});
+  return true;
+}
+
+std::vector<KitEntry> registered_kits() {
+  auto kits = kit_registry();
+  std::ranges::sort(kits, {}, &KitEntry::name);
+  return kits;
+}
 
 // -------------------------------------------------------------------------------------------- Owner
 

@@ -3,12 +3,16 @@
 // holding a lease in a real redis-server, and its command (a small shell loop) writes through the
 // guard on request, with the token fencerun put in its environment. A guard under test is described
 // by a GuardKit: a shell function that writes "$DATA" through the guard (status 0 accepted, 77 stale),
-// the same write without any guard (the control), and readers for both resources.
+// the same write without any guard (the control), and readers for both resources. A guard that runs
+// the common scenarios of guard_suite_test.cpp is described by a Kit: a GuardKit that also performs
+// one guarded write directly, with a token given as the guard takes it.
 #include <sys/types.h>
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -45,11 +49,88 @@ class GuardKit {
   virtual Snapshot snapshot() const { return {guarded_value(), control_value(), recorded_token()}; }
 };
 
-// One lock, its Redis server and a work directory shared by the owners of a test.
+// A token as a guarded write receives it: the --token option (or the SQL argument), $FENCERUN_TOKEN,
+// or none at all. `text` is passed as it is, so malformed tokens can be written too.
+struct Token {
+  enum class Via { Option, Environment, Missing };
+  Via via = Via::Option;
+  std::string text;
+
+  static Token option(long long t) { return {Via::Option, std::to_string(t)}; }
+  static Token option(std::string text) { return {Via::Option, std::move(text)}; }
+  static Token environment(std::string text) { return {Via::Environment, std::move(text)}; }
+  static Token missing() { return {Via::Missing, {}}; }
+  std::string describe() const;
+};
+
+// The outcome of one guarded write, in the CLI's terms whatever the guard: 0 accepted, 77 stale
+// token, 64 malformed token; anything else is a failure.
+struct GuardResult {
+  int code = -1;
+  std::string message;  // what the guard said about it: its stderr, or its error line ("fencerun: ...")
+  std::string detail;   // everything there is, for assertion messages
+};
+
+// A guard under the common scenarios: set up on construction (its resource, its server, rows),
+// torn down on destruction.
+class Kit : public GuardKit {
+ public:
+  // Why the guard cannot be tested on this machine (a program is missing); nullopt: it can.
+  virtual std::optional<std::string> unavailable() const { return std::nullopt; }
+  // What the lease owners' shell functions lack here (e.g. redis-cli for the control writes).
+  virtual std::optional<std::string> owners_unavailable() const { return std::nullopt; }
+  // Starts one write of `data` (a line) through the guard with `token`; finish() waits for it.
+  virtual std::unique_ptr<Process> start_write(const Token& token, const std::string& data) = 0;
+  virtual GuardResult finish(Process& writer) const = 0;
+  GuardResult write(const Token& token, const std::string& data) {
+    auto writer = start_write(token, data);
+    return finish(*writer);
+  }
+  // The guard's message when it rejects token `stale` after it accepted `accepted`.
+  virtual std::string stale_message(long long stale, long long accepted) const = 0;
+  // Token inputs the guard refuses as malformed (64, nothing written).
+  virtual std::vector<Token> malformed_tokens() const = 0;
+  // Guard-specific checks once the writes are over and `token` is the greatest accepted.
+  virtual void expect_settled(long long /*token*/) const {}
+  // Checks that nothing was written (no data, no recorded token).
+  virtual void expect_nothing_written() const;
+  // Extra output when a test failed (server logs).
+  virtual void describe_on_failure() const {}
+  // The seed of the randomized paused-owner rounds.
+  virtual unsigned rounds_seed() const { return 20240610u; }
+};
+
+// The malformed tokens of the CLI guards (fence file, fence redis): missing, empty, not a number,
+// not positive, above 2^53 - 1, with a space, in another notation.
+std::vector<Token> cli_malformed_tokens();
+
+// Waits for a CLI guard (30 s at most): its exit code, and its stderr as the message.
+GuardResult finish_cli(Process& writer);
+
+// `args` plus the token as a CLI guard takes it: `--token T`, or FENCERUN_TOKEN=T added to `env`.
+void add_cli_token(const Token& token, std::vector<std::string>& args, EnvList& env);
+
+// A kit for a guard that cannot be tested here: unavailable() says `why`; nothing else is called.
+std::unique_ptr<Kit> unavailable_kit(std::string name, std::string why);
+
+class Lab;
+struct KitEntry {
+  std::string name;  // the test name suffix: letters, digits and _
+  std::function<std::unique_ptr<Kit>(Lab&)> make;
+};
+// Its name in test names and ctest's "# GetParam() = ...".
+inline void PrintTo(const KitEntry& kit, std::ostream* os) { *os << kit.name; }
+// Adds a kit to the guard suite; returns true (for a namespace-scope initializer in the kit's file).
+bool register_kit(std::string name, std::function<std::unique_ptr<Kit>(Lab&)> make);
+// Every registered kit, by name.
+std::vector<KitEntry> registered_kits();
+
+// One lock, its Redis server and a work directory shared by the owners of a test. The server starts
+// on first use: a test that writes through a guard directly needs no lease.
 class Lab {
  public:
   explicit Lab(std::string lock_name);
-  RedisServer& redis() { return m_redis; }
+  RedisServer& redis() const;
   const std::string& lock() const { return m_lock; }
   const TempDir& dir() const { return m_dir; }
   std::filesystem::path file(std::string_view name) const { return m_dir / name; }
@@ -58,7 +139,7 @@ class Lab {
   std::optional<std::string> lock_value() const;
 
  private:
-  RedisServer m_redis;
+  mutable std::unique_ptr<RedisServer> m_redis;
   std::string m_lock;
   TempDir m_dir{"fence"};
 };

@@ -1,6 +1,7 @@
 // `fencerun fence sql postgresql` and fencerun_admit(): the printed schema loaded into a real
 // PostgreSQL (initdb as the postgres user in a temp dir, server on a unix socket only), exercised from
-// psql transactions with tokens from real fencerun leases.
+// psql transactions with tokens from real fencerun leases. Its kit runs the guard suite
+// (guard_suite_test.cpp); the tests here are the ones only this guard has.
 #include <fcntl.h>
 #include <grp.h>
 #include <gtest/gtest.h>
@@ -12,7 +13,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <iostream>
 #include <thread>
 
 #include "fence_harness.hpp"
@@ -285,7 +285,10 @@ std::optional<std::string> query_value(const PgServer& pg, const std::string& sq
   return v;
 }
 
-class PgKit : public GuardKit {
+// The PostgreSQL guard in the common scenarios: a psql transaction that admits the token and then
+// updates the resource's row of fence_data; the control is the same update in control_data, without
+// fencerun_admit. SQLSTATE ZF077 (stale) counts as 77, 22023 (malformed token) as 64.
+class PgKit : public Kit {
  public:
   PgKit(const PgServer& pg, std::string resource) : m_pg(pg), m_resource(std::move(resource)) {
     auto r = pg.psql("INSERT INTO fence_data VALUES ('" + m_resource + "', NULL) ON CONFLICT DO NOTHING; "
@@ -351,10 +354,60 @@ class PgKit : public GuardKit {
     return e;
   }
 
+  // The token goes into the SQL as it is (none: NULL); how a CLI guard would take it does not apply.
+  std::unique_ptr<Process> start_write(const Token& token, const std::string& data) override {
+    auto file = m_dir / ("write." + std::to_string(++m_writes) + ".sql");
+    const std::string res = literal(m_resource);
+    write_file(file, "BEGIN;\nSELECT fencerun_admit(" + res + ", " +
+                         (token.via == Token::Via::Missing ? std::string("NULL") : token.text) + ");\n"
+                         "UPDATE fence_data SET v = " + literal(data) + " WHERE k = " + res + ";\nCOMMIT;\n");
+    return std::make_unique<Process>(m_pg.base_args({"-v", "VERBOSITY=verbose", "-f", file.string()}));
+  }
+  GuardResult finish(Process& writer) const override {
+    GuardResult g;
+    auto code = writer.wait_for_exit(30s);
+    const RunResult r = writer.result();
+    g.detail = (code ? "" : "(did not finish within 30 s) ") + r.describe();
+    if (auto at = r.err.find("fencerun: "); at != std::string::npos)
+      g.message = r.err.substr(at, r.err.find('\n', at) - at);
+    else
+      g.message = trim(r.err);
+    if (!code) g.code = -1;
+    else if (*code == 0) g.code = 0;
+    else if (r.err.find("ZF077") != std::string::npos) g.code = 77;
+    else if (r.err.find("22023") != std::string::npos) g.code = 64;
+    else g.code = 1;
+    return g;
+  }
+  std::string stale_message(long long stale, long long accepted) const override {
+    return "fencerun: stale token " + std::to_string(stale) + " rejected for " + m_resource + ": it has accepted " +
+           std::to_string(accepted);
+  }
+  std::vector<Token> malformed_tokens() const override {
+    return {Token::option("0"), Token::option("-1"), Token::missing(), Token::option("9007199254740992")};
+  }
+  unsigned rounds_seed() const override { return 20240613u; }
+
  private:
+  static std::string literal(const std::string& s) {
+    std::string out = "'";
+    for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
+    return out + "'";
+  }
+
   const PgServer& m_pg;
   std::string m_resource;
+  TempDir m_dir{"pg-writes"};
+  int m_writes = 0;
 };
+
+const bool g_pg_kit = register_kit("postgresql", [](Lab& lab) -> std::unique_ptr<Kit> {
+  std::string why;
+  PgServer* pg = PgServer::get(why);
+  if (!pg) return unavailable_kit("postgresql", why);
+  load_schema(*pg);
+  return std::make_unique<PgKit>(*pg, lab.lock());
+});
 
 class PgEnvironment : public ::testing::Environment {
  public:
@@ -372,7 +425,8 @@ TEST(FencePostgresql, PrintedSchemaIsTheInstalledFile) {
   EXPECT_EQ(r.exit_code, 64) << r;
 }
 
-TEST(FencePostgresql, AdmitAcceptsNewerAndEqualRejectsOlderAndRollsBack) {
+// (Newer, stale, equal and malformed tokens through a whole transaction: GuardSuite.*/postgresql.)
+TEST(FencePostgresql, AStaleAdmitRollsBackWritesBeforeItAndIsRejectedUnderRepeatableReadToo) {
   REQUIRE_PG(pg);
   load_schema(*pg);
   load_schema(*pg);  // loading twice is fine
@@ -382,38 +436,15 @@ TEST(FencePostgresql, AdmitAcceptsNewerAndEqualRejectsOlderAndRollsBack) {
   ASSERT_EQ(r.exit_code, 0) << r;
   EXPECT_EQ(query_value(*pg, "SELECT token FROM fencerun_fence WHERE resource = 'acct'"), "42");
 
-  r = run_program(pg->base_args({"-v", "VERBOSITY=verbose", "-c",
-                                 "BEGIN; SELECT fencerun_admit('acct', 41); UPDATE fence_data SET v = 'by 41' "
-                                 "WHERE k = 'acct'; COMMIT;"}));
-  EXPECT_NE(r.exit_code, 0) << r;
-  EXPECT_NE(r.err.find("ZF077"), std::string::npos) << r;
-  EXPECT_NE(r.err.find("fencerun: stale token 41 rejected for acct: it has accepted 42"), std::string::npos) << r;
-  EXPECT_EQ(query_value(*pg, "SELECT v FROM fence_data WHERE k = 'acct'"), "by 42") << "the stale transaction rolled back";
-
   // Writes made before the admit in the same transaction roll back too.
   r = pg->psql("BEGIN; UPDATE fence_data SET v = 'sneaky' WHERE k = 'acct'; SELECT fencerun_admit('acct', 7); COMMIT;");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_EQ(query_value(*pg, "SELECT v FROM fence_data WHERE k = 'acct'"), "by 42");
 
-  r = pg->psql("SELECT fencerun_admit('acct', 42)");
-  EXPECT_EQ(r.exit_code, 0) << "an equal token is accepted\n" << r;
-  for (const char* bad : {"0", "-1", "NULL", "9007199254740992"}) {
-    r = run_program(pg->base_args({"-v", "VERBOSITY=verbose", "-c", std::string("SELECT fencerun_admit('acct', ") + bad + ")"}));
-    EXPECT_NE(r.exit_code, 0) << bad;
-    EXPECT_NE(r.err.find("22023"), std::string::npos) << r;
-  }
   // A stale admit in a REPEATABLE READ transaction is rejected too.
   r = pg->psql("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT fencerun_admit('acct', 40); COMMIT;");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_EQ(query_value(*pg, "SELECT token FROM fencerun_fence WHERE resource = 'acct'"), "42");
-}
-
-TEST(FencePostgresql, PausedOwnerIsRejected) {
-  REQUIRE_PG(pg);
-  load_schema(*pg);
-  Lab lab("fence-pg-paused");
-  PgKit kit(*pg, lab.lock());
-  paused_owner_scenario(lab, kit);
 }
 
 // Writes a line to a FIFO that a psql client reads its SQL from.
@@ -535,27 +566,6 @@ TEST(FencePostgresql, RowLockSerialisesAdmittedWriters) {
   ASSERT_EQ(a.wait_for_exit(10s), 0) << a.result();
   ASSERT_EQ(b.wait_for_exit(10s), 0) << b.result();
   EXPECT_EQ(query_value(*pg, "SELECT token FROM fencerun_fence WHERE resource = 'order'"), "101");
-}
-
-TEST(FencePostgresql, ManyPausedRounds) {
-  REQUIRE_PG(pg);
-  load_schema(*pg);
-  Lab lab("fence-pg-rounds");
-  PgKit kit(*pg, lab.lock());
-  auto start = Clock::now();
-  RoundStats s = run_rounds(lab, kit, 50, 20240613u);
-  std::cout << s.report("postgresql") << " (" << ms_between(start, Clock::now()) << " ms)" << std::endl;
-  RecordProperty("rounds", s.rounds);
-  RecordProperty("stale_attempted", s.stale_attempted);
-  RecordProperty("stale_accepted", s.stale_accepted);
-  RecordProperty("control_stale_applied", s.control_stale_applied);
-  EXPECT_GE(s.rounds, 50);
-  EXPECT_EQ(s.stale_accepted, 0);
-  EXPECT_EQ(s.fresh_rejected, 0);
-  EXPECT_EQ(s.monotonic_violations, 0);
-  EXPECT_GT(s.stale_attempted, 0);
-  EXPECT_EQ(s.control_stale_applied, s.stale_attempted);
-  EXPECT_EQ(s.lock_survived, s.lock_checks);
 }
 
 }  // namespace

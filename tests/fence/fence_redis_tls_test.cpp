@@ -1,17 +1,103 @@
 // `fencerun fence redis` over TLS: the guard takes the connection options of run and status
 // (--tls-ca-file, --tls-cert, --tls-key, --tls-server-name, --tls-insecure) against a redis-server
 // that accepts only TLS and demands client certificates (the deploy suite's certificates and server).
+// Its kit runs the guard suite over TLS (GuardSuite.*/redis_tls).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <iostream>
 
 #include "deploy_support.hpp"
+#include "fence_harness.hpp"
 
 namespace fencerun::test::fence {
 namespace {
 
 using deploy::Certs;
 using deploy::TlsRedisServer;
+
+// `fence redis -r rediss://... --tls-*` against a TLS-only server that demands client certificates;
+// the leases stay in the lab's plain server. The control is a plain SET over the server's unix socket.
+class RedisTlsKit : public Kit {
+ public:
+  explicit RedisTlsKit(const Lab& lab)
+      : m_lock(lab.lock()), m_certs(deploy::make_certs(m_certs_dir.path())), m_server(m_certs, /*auth_clients=*/true) {}
+  std::string name() const override { return "redis_tls"; }
+  std::optional<std::string> owners_unavailable() const override {
+    if (deploy::program_usable(deploy::redis_cli_program())) return std::nullopt;
+    return "redis-cli not found: the unguarded control writes need it";
+  }
+  std::string guarded_body() const override {
+    return "  \"$FENCERUN\" fence redis -r \"$FENCE_TLS_URL\" --tls-ca-file \"$FENCE_TLS_CA\" --tls-cert \"$FENCE_TLS_CERT\" "
+           "--tls-key \"$FENCE_TLS_KEY\" -- SET \"$FENCE_DATA_KEY\" \"$DATA\" > /dev/null";
+  }
+  std::string plain_body() const override {
+    return "  \"$REDIS_CLI\" -s \"$FENCE_TLS_SOCKET\" SET \"$FENCE_CONTROL_KEY\" \"$DATA\" > /dev/null";
+  }
+  std::optional<std::string> guarded_value() const override { return get(data_key()); }
+  std::optional<std::string> control_value() const override { return get(control_key()); }
+  std::optional<long long> recorded_token() const override {
+    auto v = get(fence_key());
+    if (!v) return std::nullopt;
+    return parse_ll(*v);
+  }
+  EnvList env() const override {
+    return {{"FENCE_TLS_URL", url()},
+            {"FENCE_TLS_CA", m_certs.ca_crt.string()},
+            {"FENCE_TLS_CERT", m_certs.client_crt.string()},
+            {"FENCE_TLS_KEY", m_certs.client_key.string()},
+            {"FENCE_TLS_SOCKET", m_server.admin().unix_path},
+            {"FENCE_DATA_KEY", data_key()},
+            {"FENCE_CONTROL_KEY", control_key()},
+            {"REDIS_CLI", deploy::redis_cli_program()}};
+  }
+  std::unique_ptr<Process> start_write(const Token& token, const std::string& data) override {
+    std::vector<std::string> args = {"fence", "redis", "-r", url(), "--tls-ca-file", m_certs.ca_crt.string(),
+                                     "--tls-cert", m_certs.client_crt.string(), "--tls-key",
+                                     m_certs.client_key.string(), "--resource", m_lock};
+    SpawnOptions so;
+    add_cli_token(token, args, so.env);
+    args.insert(args.end(), {"--", "SET", data_key(), data});
+    return std::make_unique<FencerunProcess>(std::move(args), std::move(so));
+  }
+  GuardResult finish(Process& writer) const override { return finish_cli(writer); }
+  std::string stale_message(long long stale, long long accepted) const override {
+    return "fencerun: stale token " + std::to_string(stale) + " rejected for " + fence_key() +
+           ": it has accepted " + std::to_string(accepted);
+  }
+  std::vector<Token> malformed_tokens() const override { return cli_malformed_tokens(); }
+  void expect_nothing_written() const override {
+    EXPECT_FALSE(get(data_key()));
+    EXPECT_FALSE(get(fence_key()));
+  }
+  void describe_on_failure() const override {
+    std::cout << "--- TLS redis-server log ---\n" << m_server.log() << std::endl;
+  }
+  unsigned rounds_seed() const override { return 20240614u; }
+
+ private:
+  std::string url() const { return "rediss://127.0.0.1:" + std::to_string(m_server.tls_port()); }
+  std::string data_key() const { return "{" + m_lock + "}:data"; }
+  std::string control_key() const { return "{" + m_lock + "}:control"; }
+  std::string fence_key() const { return "fencerun:{" + m_lock + "}:fence"; }
+  std::optional<std::string> get(const std::string& key) const {
+    Reply r = m_server.cmd({"GET", key});
+    if (r.type == Reply::Type::String) return r.str;
+    if (r.type == Reply::Type::Nil) return std::nullopt;
+    throw std::runtime_error("GET " + key + ": " + r.describe());
+  }
+
+  std::string m_lock;
+  TempDir m_certs_dir{"certs"};
+  Certs m_certs;
+  TlsRedisServer m_server;
+};
+
+const bool g_redis_tls_kit = register_kit("redis_tls", [](Lab& lab) -> std::unique_ptr<Kit> {
+  if (!deploy::program_usable(deploy::openssl_program()))
+    return unavailable_kit("redis_tls", "openssl not found: cannot make certificates");
+  return std::make_unique<RedisTlsKit>(lab);
+});
 
 class FenceRedisTls : public ::testing::Test {
  protected:
@@ -65,11 +151,7 @@ TEST_F(FenceRedisTls, VerifiesTheServerWithTheCaFileAndSendsTheClientCertificate
   EXPECT_EQ(get("{r}:k"), "--tls-insecure [%s] a,b");
   EXPECT_EQ(get("fencerun:{r}:fence"), "10");
 
-  // A stale token over TLS: rejected, nothing written.
-  r = fence(options, "9", {"SET", "{r}:k", "stale"});
-  EXPECT_EQ(r.exit_code, 77) << r;
-  EXPECT_EQ(get("{r}:k"), "--tls-insecure [%s] a,b");
-
+  // (Stale, equal and malformed tokens over TLS: GuardSuite.*/redis_tls.)
   // The URL from the environment, as under fencerun; --tls-server-name picks the DNS SAN.
   options = with_ca;
   options.insert(options.end(), {"--tls-server-name", "localhost"});

@@ -1,22 +1,60 @@
 #include "support/redis_server.hpp"
 
+#include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/time.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
 
+// The path CMake found, or empty: then PATH is searched when the tests run.
 #ifndef REDIS_SERVER_EXECUTABLE
-#define REDIS_SERVER_EXECUTABLE "redis-server"
+#define REDIS_SERVER_EXECUTABLE ""
 #endif
 
 namespace fencerun::test {
 
 namespace {
 
-Reply convert(const redisReply* r) {
+bool executable_file(const std::string& path) {
+  struct stat st{};
+  return !path.empty() && ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+}  // namespace
+
+const std::optional<std::string>& find_redis_server() {
+  static const std::optional<std::string> found = []() -> std::optional<std::string> {
+    if (executable_file(REDIS_SERVER_EXECUTABLE)) return std::string(REDIS_SERVER_EXECUTABLE);
+    const char* path = std::getenv("PATH");
+    std::istringstream dirs(path ? path : "");
+    for (std::string dir; std::getline(dirs, dir, ':');) {
+      std::string candidate = (dir.empty() ? std::string(".") : dir) + "/redis-server";
+      if (executable_file(candidate)) return candidate;
+    }
+    return std::nullopt;
+  }();
+  return found;
+}
+
+const std::string& redis_server_program() {
+  const auto& found = find_redis_server();
+  if (!found) skip_current_test("redis-server not found: install redis-server");
+  return *found;
+}
+
+void skip_current_test(const std::string& why) {
+  [&] { GTEST_SKIP() << why; }();
+  throw ::testing::AssertionException(
+      ::testing::TestPartResult(::testing::TestPartResult::kSkip, __FILE__, __LINE__, why.c_str()));
+}
+
+Reply to_reply(const redisReply* r) {
   Reply out;
   if (!r) return out;
   switch (r->type) {
@@ -41,7 +79,7 @@ Reply convert(const redisReply* r) {
       break;
     case REDIS_REPLY_ARRAY:
       out.type = Reply::Type::Array;
-      for (size_t i = 0; i < r->elements; ++i) out.elements.push_back(convert(r->element[i]));
+      for (size_t i = 0; i < r->elements; ++i) out.elements.push_back(to_reply(r->element[i]));
       break;
     default:
       out.type = Reply::Type::Error;
@@ -49,6 +87,26 @@ Reply convert(const redisReply* r) {
   }
   return out;
 }
+
+Reply send_command(redisContext* c, const std::vector<std::string>& args) {
+  std::vector<const char*> argv;
+  std::vector<size_t> lens;
+  for (const auto& a : args) {
+    argv.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  auto* raw = static_cast<redisReply*>(redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()));
+  if (!raw) {
+    Reply none;
+    none.str = c->errstr[0] ? c->errstr : "no reply";
+    return none;
+  }
+  Reply out = to_reply(raw);
+  freeReplyObject(raw);
+  return out;
+}
+
+namespace {
 
 timeval to_timeval(std::chrono::milliseconds ms) {
   timeval tv{};
@@ -60,26 +118,6 @@ timeval to_timeval(std::chrono::milliseconds ms) {
 struct CtxDeleter {
   void operator()(redisContext* c) const { redisFree(c); }
 };
-struct ReplyDeleter {
-  void operator()(redisReply* r) const { freeReplyObject(r); }
-};
-
-Reply command(redisContext* c, const std::vector<std::string>& args) {
-  std::vector<const char*> argv;
-  std::vector<size_t> lens;
-  for (const auto& a : args) {
-    argv.push_back(a.data());
-    lens.push_back(a.size());
-  }
-  std::unique_ptr<redisReply, ReplyDeleter> r(static_cast<redisReply*>(
-      redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data())));
-  if (!r) {
-    Reply none;
-    none.str = c->errstr[0] ? c->errstr : "no reply";
-    return none;
-  }
-  return convert(r.get());
-}
 
 }  // namespace
 
@@ -101,6 +139,7 @@ std::string Reply::describe() const {
 }
 
 RedisServer::RedisServer(RedisOptions opts) : opts_(std::move(opts)) {
+  redis_server_program();  // skips the test when there is none
   dir_ = std::make_unique<TempDir>("redis");
   std::string why;
   for (int attempt = 0; attempt < 20; ++attempt) {
@@ -124,7 +163,7 @@ std::string RedisServer::unix_url() const { return "unix://" + socket_path(); }
 
 bool RedisServer::try_start_once(std::string* why) {
   std::vector<std::string> argv = {
-      REDIS_SERVER_EXECUTABLE, "--port",       std::to_string(port_), "--bind",
+      redis_server_program(),  "--port",       std::to_string(port_), "--bind",
       "127.0.0.1",             "--unixsocket", socket_path(),         "--unixsocketperm",
       "700",                   "--save",       "",                    "--appendonly",
       "no",                    "--daemonize",  "no",                  "--dir",
@@ -228,10 +267,10 @@ Reply RedisServer::cmd(const std::vector<std::string>& args,
   }
   redisSetTimeout(c.get(), tv);
   if (opts_.password) {
-    Reply a = command(c.get(), {"AUTH", *opts_.password});
+    Reply a = send_command(c.get(), {"AUTH", *opts_.password});
     if (!a.ok()) return a;
   }
-  return command(c.get(), args);
+  return send_command(c.get(), args);
 }
 
 std::optional<std::string> RedisServer::get(const std::string& key) const {

@@ -14,7 +14,21 @@
 #include "support/process.hpp"
 #include "support/util.hpp"
 
+struct redisContext;
+struct redisReply;
+
 namespace fencerun::test {
+
+// The redis-server the tests start: the one CMake found at configure time, else the first
+// redis-server on PATH when the test runs; nullopt when there is none.
+const std::optional<std::string>& find_redis_server();
+// That program. Without one, the running test is skipped ("redis-server not found: install
+// redis-server"): every server a test starts asks for it, so a test that needs one skips and a test
+// that does not runs. Works from a fixture's constructor, SetUp or the test body, at any depth.
+const std::string& redis_server_program();
+// Skips the running test with `why` from any depth (GTEST_SKIP only returns from the function it is
+// in): records the skip, then throws the exception GoogleTest takes as "already reported".
+[[noreturn]] void skip_current_test(const std::string& why);
 
 struct Reply {
   enum class Type { None, Nil, Status, Error, Integer, String, Array };
@@ -27,6 +41,12 @@ struct Reply {
   bool is_nil() const { return type == Type::Nil; }
   std::string describe() const;
 };
+
+// A hiredis reply as a Reply (a null reply gives type None).
+Reply to_reply(const redisReply* r);
+// One command on an open hiredis connection; type None, with the connection's error, when no reply
+// came back.
+Reply send_command(redisContext* c, const std::vector<std::string>& args);
 
 struct RedisOptions {
   std::optional<std::string> password;  // --requirepass
