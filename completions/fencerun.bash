@@ -146,7 +146,7 @@ _fencerun_fence()
     case $guard in
         file)
             if [[ $cur == -* ]]; then
-                COMPREPLY=($(compgen -W '--token --help' -- "$cur"))
+                COMPREPLY=($(compgen -W '--token --read --help' -- "$cur"))
             else
                 _filedir
             fi

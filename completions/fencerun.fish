@@ -136,6 +136,7 @@ complete -c fencerun -n __fencerun_fence_needs_guard -a redis -d 'Run a Redis co
 complete -c fencerun -n __fencerun_fence_needs_guard -a sql -d 'Print the schema of a SQL guard'
 complete -c fencerun -n '__fencerun_fence_using file' -F
 complete -c fencerun -n '__fencerun_fence_using file; or __fencerun_fence_using redis; and __fencerun_before_dashdash' -l token -x -d 'Fencing token (default: $FENCERUN_TOKEN)'
+complete -c fencerun -n '__fencerun_fence_using file; and __fencerun_before_dashdash' -l read -d 'Admit the token and print the file (read-modify-write)'
 set -l fence_redis '__fencerun_fence_using redis; and __fencerun_before_dashdash'
 complete -c fencerun -n $fence_redis -s r -l redis -x -a 'redis:// rediss:// unix:// redis+sentinel:// rediss+sentinel://' -d 'Where the fence key lives'
 complete -c fencerun -n $fence_redis -l timeout -x -d 'Bound on connecting and on the request'

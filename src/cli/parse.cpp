@@ -82,6 +82,7 @@ struct Parser {
     fence_file = fence->add_subcommand("file");
     // As getopt: a repeated --token counts the last time.
     fence_file->add_option("--token", o.fence_token)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    fence_file->add_flag("--read", o.fence_read);
     fence_file->add_flag("-h,--help", help);
     fence_redis = fence->add_subcommand("redis");
     fence_redis->add_option("--resource", o.fence_resource);
@@ -257,7 +258,7 @@ See fencerun(1) for details.
 namespace {
 
 std::string fence_help() {
-  return R"(Usage: fencerun fence file [--token N] [--] PATH
+  return R"(Usage: fencerun fence file [--token N] [--read] [--] PATH
        fencerun fence redis [OPTIONS] [--] CMD [ARG...]
        fencerun fence sql postgresql
        fencerun fence [file|redis|sql] --help
@@ -267,7 +268,8 @@ than the greatest token the resource has accepted.
 
   fence file            stdin replaces PATH (temp file, fsync, rename); the
                         greatest accepted token is kept in PATH.fence, writers
-                        serialise on PATH.fence.lock
+                        serialise on PATH.fence.lock; --read admits the token
+                        and prints PATH (the read of a read-modify-write)
   fence redis           one script compares the token with <prefix>{R}:fence,
                         runs CMD, records the token, and prints CMD's reply;
                         OPTIONS are the connection options of run and status
@@ -289,7 +291,7 @@ See fencerun(1) for details.
 }
 
 std::string fence_file_help() {
-  return R"(Usage: fencerun fence file [--token N] [--] PATH
+  return R"(Usage: fencerun fence file [--token N] [--read] [--] PATH
 
 Replace PATH with standard input, only when the fencing token is not older
 than the greatest token PATH has accepted: the data goes to a temporary file,
@@ -297,9 +299,15 @@ fsync, rename. The greatest accepted token is kept in PATH.fence, writers
 serialise on PATH.fence.lock; a side file that is a symbolic link is refused.
 A token equal to the greatest accepted one is accepted.
 
+With --read, admit the token the same way (record it as the greatest
+accepted, or reject it when stale) and print PATH on standard output, so that
+an older owner's later write is rejected: fence the read of every
+read-modify-write, then write with the same token.
+
 Options:
       --token N            fencing token, a positive integer below 2^53
                            (default: $FENCERUN_TOKEN)
+      --read               admit the token and print PATH instead of writing
   -h, --help               show this help and exit
 
 Exit status: 0 accepted; 77 stale token rejected; 64 usage error, also a

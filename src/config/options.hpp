@@ -57,6 +57,7 @@ struct Options {
   // fence: the guard, --token, --resource (redis) and the operands (file: PATH, sql: the dialect)
   FenceGuard fence_guard = FenceGuard::none;
   std::optional<std::string> fence_token;
+  bool fence_read = false;  // fence file --read: admit the token and print PATH
   std::optional<std::string> fence_resource;
   std::vector<std::string> fence_operands;
 

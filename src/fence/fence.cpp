@@ -31,7 +31,7 @@ log::Level to_log_level(config::LogLevel level) {
 int main_file(const config::Options& o, const GetEnv& getenv) {
   FileArgs a = file_args(o);
   std::uint64_t token = resolve_token(a.token, getenv);
-  return run_file_guard(token, a.path);
+  return a.read ? run_file_read(token, a.path) : run_file_guard(token, a.path);
 }
 
 int main_redis(const config::Options& o, const GetEnv& getenv) {
@@ -118,6 +118,7 @@ std::string stale_message(std::uint64_t token, std::string_view resource, std::u
 FileArgs file_args(const config::Options& o) {
   FileArgs out;
   out.token = o.fence_token;
+  out.read = o.fence_read;
   const auto& operands = o.fence_operands;
   if (operands.empty()) throw UsageError("fence file: missing PATH");
   if (operands.size() > 1) throw UsageError("fence file: takes one PATH, got " + std::to_string(operands.size()));

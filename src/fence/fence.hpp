@@ -56,6 +56,7 @@ std::string stale_message(std::uint64_t token, std::string_view resource, std::u
 struct FileArgs {
   std::optional<std::string> token;
   std::string path;
+  bool read = false;  // --read
 };
 struct RedisArgs {
   config::Options connection;  // the connection options of run and status (-r, --timeout, --tls-*, ...)

@@ -415,3 +415,56 @@ int run_file_guard(std::uint64_t token, const std::string& path) {
 }
 
 }  // namespace fencerun::fence
+
+namespace fencerun::fence {
+
+int run_file_read(std::uint64_t token, const std::string& path) {
+  try {
+    supervisor::SignalChannel signals;
+    Paths p = make_paths(path);
+    UniqueFd dirfd(::open(p.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!dirfd) throw io_error("cannot open directory " + p.dir, errno);
+    UniqueFd lock(
+        ::openat(dirfd.get(), p.lock.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW, 0666));
+    if (!lock) throw_open_error("lock file", p.shown + ".fence.lock", errno);
+    lock_exclusive(lock.get(), p, signals);
+
+    State s = read_state(dirfd.get(), p);
+    if (token < s.effective) {
+      print_stale(token, p, s.effective);
+      return exit_code::k_fence_stale;
+    }
+    if (token > s.effective || s.orphan) {
+      // Admitted: from now on an older token's write is rejected. Durable before PATH is shown, so
+      // that a crash cannot forget the admission of a read whose result is already out.
+      bool unnamed = true;
+      write_record(dirfd.get(), p, SideRecord{token, std::nullopt}, unnamed);
+      fsync_or_throw(dirfd.get(), "directory " + p.dir);
+      if (s.orphan) ::unlinkat(dirfd.get(), s.orphan->c_str(), 0);
+    }
+    UniqueFd data(::openat(dirfd.get(), p.base.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW));
+    if (!data) {
+      if (errno == ENOENT) return exit_code::k_success;  // nothing written yet: empty
+      throw_open_error("file", p.shown, errno);
+    }
+    struct stat st{};
+    if (::fstat(data.get(), &st) == 0 && S_ISDIR(st.st_mode)) throw io_error("PATH " + p.shown + " is a directory");
+    char buf[65536];
+    for (;;) {
+      ssize_t n = ::read(data.get(), buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw io_error("cannot read " + p.shown, errno);
+      if (n == 0) break;
+      write_all(STDOUT_FILENO, buf, static_cast<std::size_t>(n), "standard output");
+    }
+    return exit_code::k_success;
+  } catch (const Stopped& stopped) {
+    std::fprintf(stderr, "fencerun: fence file %s: stopped by SIG%s while waiting for the lock; nothing admitted\n",
+                 path.c_str(), supervisor::signal_name(stopped.signo).c_str());
+    return exit_code_for_signal(stopped.signo);
+  } catch (const Error& e) {
+    throw Error(e.kind(), "fence file " + path + ": " + e.what());
+  }
+}
+
+}  // namespace fencerun::fence

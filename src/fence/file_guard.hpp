@@ -48,4 +48,11 @@ std::uint64_t effective_token(const SideRecord& record, bool temp_exists);
 // stderr).
 int run_file_guard(std::uint64_t token, const std::string& path);
 
+// The read of a read-modify-write (`fence file --read`): under the lock, admits `token` as the write
+// does (records it when it is greater than the token in force; 77 when it is older) and prints PATH
+// (nothing when PATH does not exist yet). A later write with an older token is then rejected, so an
+// owner that read before a newer one cannot overwrite what the newer one wrote. Returns 0, 77, 1 (I/O
+// error) or 128+N (signal N while waiting for the lock; nothing recorded).
+int run_file_read(std::uint64_t token, const std::string& path);
+
 }  // namespace fencerun::fence

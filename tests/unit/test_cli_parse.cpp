@@ -317,7 +317,7 @@ TEST(cli_help, documents_exactly_the_declared_options) {
   redis.erase("--json");
   redis.insert({"--resource", "--token", "-h", "--help"});
   EXPECT_EQ(d["fence redis"], redis);
-  EXPECT_EQ(d["fence file"], (Names{"--token", "-h", "--help"}));
+  EXPECT_EQ(d["fence file"], (Names{"--token", "--read", "-h", "--help"}));
 }
 
 TEST(cli_help, the_comparison_notices_an_option_missing_from_the_help) {
