@@ -421,8 +421,14 @@ TEST(FencePostgresql, PrintedSchemaIsTheInstalledFile) {
   EXPECT_EQ(schema_text(), *file);
   EXPECT_NE(file->find("fencerun_admit(resource text, token bigint)"), std::string::npos);
   EXPECT_NE(file->find("'ZF077'"), std::string::npos);
-  auto r = run_fencerun({"fence", "sql", "mysql"});
+  auto r = run_fencerun({"fence", "sql", "postgres"});
+  EXPECT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(r.out, *file);
+  r = run_fencerun({"fence", "sql", "oracle"});
   EXPECT_EQ(r.exit_code, 64) << r;
+  EXPECT_NE(r.err.find("unsupported dialect 'oracle' (supported: postgresql, mysql (mariadb), sqlite)"),
+            std::string::npos)
+      << r;
 }
 
 // (Newer, stale, equal and malformed tokens through a whole transaction: GuardSuite.*/postgresql.)
