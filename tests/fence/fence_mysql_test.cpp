@@ -205,9 +205,9 @@ std::string guard_message(const std::string& err) {
 // then updates the resource's row of fence_data (the client stops at the first error, so a rejected
 // transaction never commits); the control is the same update in control_data, without the admit, in a
 // client run of its own. SQLSTATE 45077 (stale) counts as 77, 22023 (malformed token) as 64.
-class MyKit : public Kit {
+class MysqlKit : public Kit {
  public:
-  MyKit(const MyServer& my, std::string resource) : m_my(my), m_resource(std::move(resource)) {
+  MysqlKit(const MyServer& my, std::string resource) : m_my(my), m_resource(std::move(resource)) {
     auto r = my.sql("INSERT IGNORE INTO fence_data VALUES (" + literal(m_resource) + ", NULL); " +
                     "INSERT IGNORE INTO control_data VALUES (" + literal(m_resource) + ", NULL);");
     if (r.exit_code != 0) throw std::runtime_error(r.describe());
@@ -311,7 +311,7 @@ const bool g_my_kit = register_kit("mysql", [](Lab& lab) -> std::unique_ptr<Kit>
   MyServer* my = MyServer::get(why);
   if (!my) return unavailable_kit("mysql", why);
   load_schema(*my);
-  return std::make_unique<MyKit>(*my, lab.lock());
+  return std::make_unique<MysqlKit>(*my, lab.lock());
 });
 
 // The database for the read-modify-write suite: clients with --force (they go on after an error;
