@@ -160,7 +160,7 @@ _fencerun_fence()
             if [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W '--help' -- "$cur"))
             else
-                COMPREPLY=($(compgen -W 'postgresql' -- "$cur"))
+                COMPREPLY=($(compgen -W 'postgresql postgres mysql mariadb sqlite' -- "$cur"))
             fi
             ;;
     esac

@@ -151,6 +151,10 @@ complete -c fencerun -n $fence_redis -s q -l quiet -d 'Log errors only'
 complete -c fencerun -n $fence_redis -l log-format -x -a 'text json' -d 'Log line format'
 complete -c fencerun -n $fence_redis -l resource -x -d 'Resource name (default: $FENCERUN_LOCK)'
 complete -c fencerun -n '__fencerun_fence_using sql' -a postgresql -d 'PostgreSQL: table and fencerun_admit()'
+complete -c fencerun -n '__fencerun_fence_using sql' -a postgres -d 'PostgreSQL (synonym of postgresql)'
+complete -c fencerun -n '__fencerun_fence_using sql' -a mysql -d 'MariaDB/MySQL: table and procedure fencerun_admit()'
+complete -c fencerun -n '__fencerun_fence_using sql' -a mariadb -d 'MariaDB/MySQL (synonym of mysql)'
+complete -c fencerun -n '__fencerun_fence_using sql' -a sqlite -d 'SQLite: table, view fencerun_admit and its trigger'
 complete -c fencerun -n '__fencerun_using fence; and __fencerun_before_dashdash' -s h -l help -d 'Print the help of fence or of the guard and exit'
 
 # The command after `--`

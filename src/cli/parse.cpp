@@ -260,7 +260,7 @@ namespace {
 std::string fence_help() {
   return R"(Usage: fencerun fence file [--token N] [--read] [--] PATH
        fencerun fence redis [OPTIONS] [--] CMD [ARG...]
-       fencerun fence sql postgresql
+       fencerun fence sql postgresql|mysql|sqlite
        fencerun fence [file|redis|sql] --help
 
 Resource-side guards: admit a write only when its fencing token is not older
@@ -273,8 +273,10 @@ than the greatest token the resource has accepted.
   fence redis           one script compares the token with <prefix>{R}:fence,
                         runs CMD, records the token, and prints CMD's reply;
                         OPTIONS are the connection options of run and status
-  fence sql postgresql  prints the schema: table fencerun_fence and function
-                        fencerun_admit(resource, token)
+  fence sql DIALECT     prints the schema of the SQL guard: table fencerun_fence
+                        and fencerun_admit(resource, token), a function
+                        (postgresql), a procedure (mysql, also mariadb) or a
+                        view with a trigger (sqlite)
 
 Options:
   -h, --help            show this help and exit (after a guard: its options)
@@ -359,11 +361,20 @@ missing or malformed token; 69 Redis unavailable; 1 an error reply from CMD.
 }
 
 std::string fence_sql_help() {
-  return R"(Usage: fencerun fence sql postgresql
+  return R"(Usage: fencerun fence sql postgresql|mysql|sqlite
 
-Print the schema of the SQL guard for PostgreSQL: the table fencerun_fence and
-the function fencerun_admit(resource, token), to call in the writer's own
-transaction.
+Print the schema of the SQL guard for a database, to load once and use in the
+writer's own transaction, before its writes:
+
+  postgresql  (also postgres) table fencerun_fence and function
+              fencerun_admit(resource, token); stale: SQLSTATE ZF077
+  mysql       (also mariadb) table fencerun_fence and procedure
+              fencerun_admit(resource, token); stale: SQLSTATE 45077
+  sqlite      table fencerun_fence, view fencerun_admit(resource, token) and
+              its INSTEAD OF INSERT trigger; in BEGIN IMMEDIATE
+
+A malformed token raises SQLSTATE 22023 (sqlite: "fencerun: invalid fencing
+token"). The same files are installed in share/fencerun.
 
 Options:
   -h, --help               show this help and exit

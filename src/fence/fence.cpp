@@ -64,12 +64,13 @@ int main_redis(const config::Options& o, const GetEnv& getenv) {
 
 int main_sql(const config::Options& o) {
   const auto& args = o.fence_operands;
-  if (args.empty()) throw UsageError("fence sql: missing dialect (supported: postgresql)");
+  if (args.empty()) throw UsageError("fence sql: missing dialect (supported: " + std::string(k_sql_dialects) + ")");
   if (args.size() > 1) throw UsageError("fence sql: too many arguments");
-  if (args[0] != "postgresql" && args[0] != "postgres")
-    throw UsageError("fence sql: unsupported dialect '" + args[0] + "' (supported: postgresql)");
-  auto schema = postgresql_schema();
-  std::fwrite(schema.data(), 1, schema.size(), stdout);
+  auto schema = sql_schema(args[0]);
+  if (!schema)
+    throw UsageError("fence sql: unsupported dialect '" + args[0] + "' (supported: " + std::string(k_sql_dialects) +
+                     ")");
+  std::fwrite(schema->data(), 1, schema->size(), stdout);
   return std::fflush(stdout) == 0 ? exit_code::k_success : exit_code::k_fence_write_failed;
 }
 
@@ -150,6 +151,13 @@ RedisArgs parse_redis_args(const std::vector<std::string_view>& args) {
 }
 
 std::string_view postgresql_schema() { return scripts::k_postgresql.text; }
+
+std::optional<std::string_view> sql_schema(std::string_view dialect) {
+  if (dialect == "postgresql" || dialect == "postgres") return scripts::k_postgresql.text;
+  if (dialect == "mysql" || dialect == "mariadb") return scripts::k_mysql.text;
+  if (dialect == "sqlite") return scripts::k_sqlite.text;
+  return std::nullopt;
+}
 
 int run(const config::Options& o, const GetEnv& getenv) {
   try {

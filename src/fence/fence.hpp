@@ -4,7 +4,7 @@
 //
 //   fencerun fence file [--token N] PATH                  stdin replaces PATH
 //   fencerun fence redis [OPTIONS] [--token N] -- CMD...  one script: compare, run CMD, record
-//   fencerun fence sql postgresql                         prints the schema with fencerun_admit()
+//   fencerun fence sql postgresql|mysql|sqlite            prints the schema with fencerun_admit
 //
 // Exit codes: 0 accepted, 77 stale token rejected, 64 usage (also a missing or malformed token: never
 // an implicit accept), 69 Redis unavailable or failing, 1 the write itself failed (I/O error, or an
@@ -74,5 +74,9 @@ RedisArgs parse_redis_args(const std::vector<std::string_view>& args);
 
 // The schema printed by `fencerun fence sql postgresql` (sql/postgresql.sql, embedded at build time).
 std::string_view postgresql_schema();
+// The schema `fencerun fence sql DIALECT` prints: postgresql (or postgres), mysql (or mariadb), sqlite
+// (sql/<dialect>.sql, embedded at build time); nullopt for any other word.
+std::optional<std::string_view> sql_schema(std::string_view dialect);
+inline constexpr std::string_view k_sql_dialects = "postgresql, mysql (mariadb), sqlite";
 
 }  // namespace fencerun::fence

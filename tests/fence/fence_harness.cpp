@@ -136,6 +136,24 @@ std::vector<KitEntry> registered_kits() {
   return kits;
 }
 
+namespace {
+std::vector<SqlDbEntry>& sql_db_registry() {
+  static std::vector<SqlDbEntry> dbs;
+  return dbs;
+}
+}  // namespace
+
+bool register_sql_db(std::string name, std::function<std::unique_ptr<SqlDb>(std::string& why)> make) {
+  sql_db_registry().push_back({std::move(name), std::move(make)});
+  return true;
+}
+
+std::vector<SqlDbEntry> registered_sql_dbs() {
+  auto dbs = sql_db_registry();
+  std::ranges::sort(dbs, {}, &SqlDbEntry::name);
+  return dbs;
+}
+
 // -------------------------------------------------------------------------------------------- Owner
 
 Owner::Owner(Lab& lab, const GuardKit& kit, std::string label, std::string ttl, std::string wait)

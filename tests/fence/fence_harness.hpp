@@ -113,6 +113,43 @@ void add_cli_token(const Token& token, std::vector<std::string>& args, EnvList& 
 // A kit for a guard that cannot be tested here: unavailable() says `why`; nothing else is called.
 std::unique_ptr<Kit> unavailable_kit(std::string name, std::string why);
 
+// A database with an SQL guard loaded, for the read-modify-write scenarios of sql_rmw_test.cpp:
+// the test opens clients that read statements from stdin, and speaks the dialect through these.
+class SqlDb {
+ public:
+  virtual ~SqlDb() = default;
+  virtual std::string name() const = 0;
+  // Runs statements in one client run; throws when they fail.
+  virtual void exec(const std::string& sql) const = 0;
+  // The first column of the first row (nullopt: no row, or NULL).
+  virtual std::optional<std::string> value(const std::string& sql) const = 0;
+  // A client that reads statements from stdin, prints rows to stdout (tuples only) and errors to
+  // stderr, and goes on after an error.
+  virtual std::vector<std::string> client_args() const = 0;
+  // A statement or client command that prints `marker` on a line of its own, even after an error in
+  // the transaction.
+  virtual std::string echo(const std::string& marker) const = 0;
+  virtual std::string begin() const = 0;  // opens a transaction (that a fenced read needs)
+  virtual std::string admit(const std::string& resource, long long token) const = 0;
+  // Reads table rmw_counter's row `key` as a line "<tag><separator><v>"; `locking`: and locks it to
+  // the commit (SELECT ... FOR UPDATE where the dialect has it).
+  virtual std::string read_counter(const std::string& tag, const std::string& key, bool locking) const = 0;
+  // Whether a client's stderr reports a stale token.
+  virtual bool stale(const std::string& err) const = 0;
+  // How many sessions wait for a lock now; nullopt where that cannot be seen (SQLite).
+  virtual std::optional<int> lock_waiters() const { return std::nullopt; }
+};
+
+struct SqlDbEntry {
+  std::string name;
+  // nullptr when the database cannot run here (`why` says why).
+  std::function<std::unique_ptr<SqlDb>(std::string& why)> make;
+};
+inline void PrintTo(const SqlDbEntry& db, std::ostream* os) { *os << db.name; }
+// Adds a database to the read-modify-write suite (like register_kit).
+bool register_sql_db(std::string name, std::function<std::unique_ptr<SqlDb>(std::string& why)> make);
+std::vector<SqlDbEntry> registered_sql_dbs();
+
 class Lab;
 struct KitEntry {
   std::string name;  // the test name suffix: letters, digits and _

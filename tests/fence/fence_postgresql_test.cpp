@@ -409,6 +409,48 @@ const bool g_pg_kit = register_kit("postgresql", [](Lab& lab) -> std::unique_ptr
   return std::make_unique<PgKit>(*pg, lab.lock());
 });
 
+// The database for the read-modify-write suite (sql_rmw_test.cpp): psql sessions without
+// ON_ERROR_STOP (they go on after an error; the test rolls back itself), verbose errors (SQLSTATE).
+class PgDb : public SqlDb {
+ public:
+  explicit PgDb(const PgServer& pg) : m_pg(pg) {
+    load_schema(pg);
+    exec("CREATE TABLE IF NOT EXISTS rmw_counter (k text PRIMARY KEY, v bigint NOT NULL)");
+  }
+  std::string name() const override { return "postgresql"; }
+  void exec(const std::string& sql) const override {
+    auto r = m_pg.psql(sql);
+    if (r.exit_code != 0) throw std::runtime_error("psql failed: " + sql + "\n" + r.describe());
+  }
+  std::optional<std::string> value(const std::string& sql) const override { return query_value(m_pg, sql); }
+  std::vector<std::string> client_args() const override {
+    return {pg_bin("psql"), "-X", "-q", "-tA", "-v", "VERBOSITY=verbose", "-h", m_pg.socket_dir(), "-p",
+            std::to_string(m_pg.port()), "-U", "postgres", "-d", "postgres"};
+  }
+  std::string echo(const std::string& marker) const override { return "\\echo " + marker + "\n"; }
+  std::string begin() const override { return "BEGIN;\n"; }
+  std::string admit(const std::string& resource, long long token) const override {
+    return "SELECT fencerun_admit('" + resource + "', " + std::to_string(token) + ");\n";
+  }
+  std::string read_counter(const std::string& tag, const std::string& key, bool locking) const override {
+    return "SELECT '" + tag + "', v FROM rmw_counter WHERE k = '" + key + "'" + (locking ? " FOR UPDATE" : "") + ";\n";
+  }
+  bool stale(const std::string& err) const override { return err.find("ZF077") != std::string::npos; }
+  std::optional<int> lock_waiters() const override {
+    auto v = query_value(m_pg, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'");
+    return v ? static_cast<int>(parse_ll(*v).value_or(0)) : 0;
+  }
+
+ private:
+  const PgServer& m_pg;
+};
+
+const bool g_pg_db = register_sql_db("postgresql", [](std::string& why) -> std::unique_ptr<SqlDb> {
+  PgServer* pg = PgServer::get(why);
+  if (!pg) return nullptr;
+  return std::make_unique<PgDb>(*pg);
+});
+
 class PgEnvironment : public ::testing::Environment {
  public:
   void TearDown() override { PgServer::shutdown(); }
@@ -421,8 +463,14 @@ TEST(FencePostgresql, PrintedSchemaIsTheInstalledFile) {
   EXPECT_EQ(schema_text(), *file);
   EXPECT_NE(file->find("fencerun_admit(resource text, token bigint)"), std::string::npos);
   EXPECT_NE(file->find("'ZF077'"), std::string::npos);
-  auto r = run_fencerun({"fence", "sql", "mysql"});
+  auto r = run_fencerun({"fence", "sql", "postgres"});
+  EXPECT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(r.out, *file);
+  r = run_fencerun({"fence", "sql", "oracle"});
   EXPECT_EQ(r.exit_code, 64) << r;
+  EXPECT_NE(r.err.find("unsupported dialect 'oracle' (supported: postgresql, mysql (mariadb), sqlite)"),
+            std::string::npos)
+      << r;
 }
 
 // (Newer, stale, equal and malformed tokens through a whole transaction: GuardSuite.*/postgresql.)
