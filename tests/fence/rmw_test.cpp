@@ -2,7 +2,8 @@
 // each increment under its own real lease (fencerun --ttl, so its token is fresh), and the steps of
 // the workers interleaved at random, as when a holder is paused past its lease between its read and
 // its write. Run once with only the write fenced and once with the read fenced too
-// (`fence file --read`, `fence redis -- GET`). Asserted: no write with a token older than one the
+// (`fence file --read`, `fence redis -- GET`, the SQL guards' admit committed before the read).
+// Asserted: no write with a token older than one the
 // resource had already admitted is ever accepted (both modes); with write-only fencing updates are
 // lost (the hazard); with fenced reads none is: the counter equals the accepted increments.
 #include <gtest/gtest.h>
@@ -15,11 +16,12 @@
 #include <string>
 #include <vector>
 
+#include "fence_harness.hpp"
 #include "support/process.hpp"
 #include "support/redis_server.hpp"
 #include "support/util.hpp"
 
-namespace fencerun::test {
+namespace fencerun::test::fence {
 namespace {
 
 constexpr int k_stale = 77;
@@ -94,6 +96,44 @@ class RedisCounter final : public Counter {
     return run_fencerun(args);
   }
   RedisServer& m_redis;
+};
+
+// A counter row through a SQL guard (the databases the SQL kits register). A fenced read commits the
+// admission of its token before it reads (so an older owner's later write is rejected); a write admits
+// its token in the write's own transaction.
+class SqlCounter final : public Counter {
+ public:
+  explicit SqlCounter(std::unique_ptr<SqlDb> db) : m_db(std::move(db)) {
+    m_db->exec("DELETE FROM fencerun_fence WHERE resource = 'rmw_kxr'");
+    m_db->exec("DELETE FROM rmw_counter WHERE k = 'kxr'");
+    m_db->exec("INSERT INTO rmw_counter (k, v) VALUES ('kxr', 0)");
+  }
+  std::optional<long long> read(long long token, bool fenced) override {
+    if (fenced && !run(m_db->begin() + m_db->admit("rmw_kxr", token) + "COMMIT;\n")) return std::nullopt;
+    return value();
+  }
+  int write(long long token, long long v) override {
+    return run(m_db->begin() + m_db->admit("rmw_kxr", token) + "UPDATE rmw_counter SET v = " + std::to_string(v) +
+               " WHERE k = 'kxr';\nCOMMIT;\n")
+               ? 0
+               : k_stale;
+  }
+  long long value() override { return to_number(m_db->value("SELECT v FROM rmw_counter WHERE k = 'kxr'").value_or("")); }
+
+ private:
+  // true: committed; false: the admit rejected the token as stale (anything else fails the test).
+  bool run(const std::string& statements) {
+    try {
+      m_db->exec(statements);
+      return true;
+    } catch (const std::exception& e) {
+      // The guard's SQLSTATE where the client shows it, else its message (the same words in every guard).
+      const std::string what = e.what();
+      EXPECT_TRUE(m_db->stale(what) || what.find("fencerun: stale token") != std::string::npos) << what;
+      return false;
+    }
+  }
+  std::unique_ptr<SqlDb> m_db;
 };
 
 struct Tally {
@@ -185,8 +225,20 @@ class RmwTest : public ::testing::TestWithParam<std::tuple<std::string, bool>> {
 TEST_P(RmwTest, FencedReadsLoseNoUpdateWhereWriteOnlyFencingDoes) {
   const auto& [guard, fenced_read] = GetParam();
   std::unique_ptr<Counter> counter;
-  if (guard == "file") counter = std::make_unique<FileCounter>(dir.path() / "counter");
-  else counter = std::make_unique<RedisCounter>(redis);
+  if (guard == "file") {
+    counter = std::make_unique<FileCounter>(dir.path() / "counter");
+  } else if (guard == "redis") {
+    counter = std::make_unique<RedisCounter>(redis);
+  } else {
+    for (const auto& db : registered_sql_dbs()) {
+      if (db.name != guard) continue;
+      std::string why;
+      auto made = db.make(why);
+      if (!made) GTEST_SKIP() << guard << ": " << why;
+      counter = std::make_unique<SqlCounter>(std::move(made));
+    }
+    ASSERT_TRUE(counter) << "no SQL database registered as " << guard;
+  }
   Tally t = run_workers(*counter, fenced_read, 4, 10, 20261201u);
   std::cout << guard << (fenced_read ? " fenced read: " : " write-only: ") << t << "\n";
   EXPECT_EQ(t.rounds, 40);
@@ -201,10 +253,11 @@ TEST_P(RmwTest, FencedReadsLoseNoUpdateWhereWriteOnlyFencingDoes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Guards, RmwTest,
-                         ::testing::Combine(::testing::Values("file", "redis"), ::testing::Bool()),
+                         ::testing::Combine(::testing::Values("file", "redis", "postgresql", "mysql", "sqlite"),
+                                            ::testing::Bool()),
                          [](const ::testing::TestParamInfo<RmwTest::ParamType>& p) {
                            return std::get<0>(p.param) + (std::get<1>(p.param) ? "_fenced_read" : "_write_only");
                          });
 
 }  // namespace
-}  // namespace fencerun::test
+}  // namespace fencerun::test::fence
