@@ -277,6 +277,15 @@ void print_stale(std::uint64_t token, const Paths& p, std::uint64_t accepted) {
   std::fprintf(stderr, "fencerun: %s\n", stale_message(token, p.shown, accepted).c_str());
 }
 
+// Opens PATH.fence.lock (never through a symbolic link) and holds flock(LOCK_EX) on it: every writer
+// and fenced reader of PATH serialises here.
+UniqueFd lock_writers(int dirfd, const Paths& p, supervisor::SignalChannel& signals) {
+  UniqueFd lock(::openat(dirfd, p.lock.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW, 0666));
+  if (!lock) throw_open_error("lock file", p.shown + ".fence.lock", errno);
+  lock_exclusive(lock.get(), p, signals);
+  return lock;
+}
+
 // Replaces the side record with `record`: temp file, fsync, rename over PATH.fence.
 void write_record(int dirfd, const Paths& p, const SideRecord& record, bool& unnamed) {
   std::string text = format_side_record(record);
@@ -390,11 +399,7 @@ int run_file_guard(std::uint64_t token, const std::string& path) {
     StagedFile data(dirfd.get(), p, p.base, 0600, unnamed);
     spool_stdin(dirfd.get(), p, data, signals);
 
-    UniqueFd lock(
-        ::openat(dirfd.get(), p.lock.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW, 0666));
-    if (!lock) throw_open_error("lock file", p.shown + ".fence.lock", errno);
-    lock_exclusive(lock.get(), p, signals);
-
+    UniqueFd lock = lock_writers(dirfd.get(), p, signals);
     State s = read_state(dirfd.get(), p);
     if (token < s.effective) {
       print_stale(token, p, s.effective);
@@ -414,21 +419,13 @@ int run_file_guard(std::uint64_t token, const std::string& path) {
   }
 }
 
-}  // namespace fencerun::fence
-
-namespace fencerun::fence {
-
 int run_file_read(std::uint64_t token, const std::string& path) {
   try {
     supervisor::SignalChannel signals;
     Paths p = make_paths(path);
     UniqueFd dirfd(::open(p.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!dirfd) throw io_error("cannot open directory " + p.dir, errno);
-    UniqueFd lock(
-        ::openat(dirfd.get(), p.lock.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW, 0666));
-    if (!lock) throw_open_error("lock file", p.shown + ".fence.lock", errno);
-    lock_exclusive(lock.get(), p, signals);
-
+    UniqueFd lock = lock_writers(dirfd.get(), p, signals);
     State s = read_state(dirfd.get(), p);
     if (token < s.effective) {
       print_stale(token, p, s.effective);

@@ -248,6 +248,7 @@ struct RoundStats {
   int lock_survived = 0;          // rounds in which the new owner's lock survived the old owner's exit
   int lock_checks = 0;
   int late_accepted = 0;          // writes after the lease expired with no newer owner: accepted
+  int short_leases = 0;           // rounds started again: the first owner's short lease ran out first
   std::string report(const std::string& guard) const;
 };
 
