@@ -100,8 +100,13 @@ class MyServer {
   explicit MyServer(Tools tools) : m_tools(std::move(tools)) {
     const bool root = ::geteuid() == 0;
     const std::string data = (m_dir.path() / "data").string();
+    // A temp directory of its own: the server's temporary tables must not share /tmp with the rest of
+    // the suite (a bootstrap once failed there deleting its own temp table).
+    const std::string tmp = (m_dir.path() / "tmp").string();
+    std::filesystem::create_directories(tmp);
     std::vector<std::string> install = {m_tools.install_db, "--no-defaults", "--datadir=" + data,
-                                        "--auth-root-authentication-method=normal", "--skip-test-db"};
+                                        "--tmpdir=" + tmp, "--auth-root-authentication-method=normal",
+                                        "--skip-test-db"};
     if (root) install.emplace_back("--user=root");
     SpawnOptions so;
     so.cwd = m_dir.path();
@@ -111,6 +116,7 @@ class MyServer {
     std::vector<std::string> argv = {m_tools.server,
                                      "--no-defaults",
                                      "--datadir=" + data,
+                                     "--tmpdir=" + tmp,
                                      "--socket=" + socket(),
                                      "--skip-networking",
                                      "--pid-file=" + (m_dir.path() / "pid").string(),
