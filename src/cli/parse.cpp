@@ -176,6 +176,18 @@ std::vector<std::string> names_of(const CLI::App& app) {
 
 constexpr std::string_view k_fence_hint = " (see fencerun fence --help)";
 
+// The TLS options' lines, shared by `fencerun --help` and `fencerun fence redis --help`.
+constexpr std::string_view k_tls_help = R"(      --tls-ca-file FILE   CA certificates to verify the server with
+                           (default: the system store)
+      --tls-cert FILE      client certificate (mutual TLS)
+      --tls-key FILE       key of the client certificate
+                           (default: in --tls-cert)
+      --tls-server-name NAME
+                           name to verify in the server certificate
+                           (default: the host)
+      --tls-insecure       do not verify the server certificate (warns)
+)";
+
 }  // namespace
 
 std::string help_text() {
@@ -225,16 +237,7 @@ Options:
                            (default: 0)
       --replica-timeout DUR
                            how long to wait for those replicas (default: 1s)
-      --tls-ca-file FILE   CA certificates to verify the server with
-                           (default: the system store)
-      --tls-cert FILE      client certificate (mutual TLS)
-      --tls-key FILE       key of the client certificate
-                           (default: in --tls-cert)
-      --tls-server-name NAME
-                           name to verify in the server certificate
-                           (default: the host)
-      --tls-insecure       do not verify the server certificate (warns)
-  -v, --verbose            log lease events (repeat for debug)
+)" + std::string(k_tls_help) + R"(  -v, --verbose            log lease events (repeat for debug)
   -q, --quiet              log errors only
       --log-format FMT     text or json (default: text)
       --json               status: print JSON
@@ -338,16 +341,7 @@ Options:
       --timeout DUR        bound on connecting and on the request
                            (default: 2s)
       --key-prefix STR     prefix of the fence key (default: fencerun:)
-      --tls-ca-file FILE   CA certificates to verify the server with
-                           (default: the system store)
-      --tls-cert FILE      client certificate (mutual TLS)
-      --tls-key FILE       key of the client certificate
-                           (default: in --tls-cert)
-      --tls-server-name NAME
-                           name to verify in the server certificate
-                           (default: the host)
-      --tls-insecure       do not verify the server certificate (warns)
-  -v, --verbose            log more (repeat for debug)
+)" + std::string(k_tls_help) + R"(  -v, --verbose            log more (repeat for debug)
   -q, --quiet              log errors only
       --log-format FMT     text or json (default: text)
   -h, --help               show this help and exit
