@@ -13,137 +13,16 @@
 
 #include <algorithm>
 #include <csignal>
-#include <cstdio>
 #include <iostream>
 #include <memory>
-#include <sstream>
-#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "support/process.hpp"
-#include "support/redis_server.hpp"
-#include "support/util.hpp"
+#include "handover_fixture.hpp"
 
-namespace fencerun::test {
+namespace fencerun::test::handover {
 namespace {
-
-// Wall-clock nanoseconds, the same clock as `date +%s%N` in the commands.
-long long wall_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-// utime + stime of a process (all its threads), in clock ticks, from /proc/PID/stat.
-std::optional<long long> cpu_ticks(pid_t pid) {
-  auto stat = read_file("/proc/" + std::to_string(pid) + "/stat");
-  if (!stat) return std::nullopt;
-  // Fields after the command name (which may contain spaces) start after the last ')'.
-  const auto close = stat->rfind(')');
-  if (close == std::string::npos) return std::nullopt;
-  std::istringstream in(stat->substr(close + 2));
-  std::vector<std::string> f;
-  for (std::string w; in >> w;) f.push_back(w);
-  // f[0] is field 3 (state); utime is field 14, stime field 15.
-  if (f.size() < 13) return std::nullopt;
-  auto u = parse_ll(f[11]);
-  auto s = parse_ll(f[12]);
-  if (!u || !s) return std::nullopt;
-  return *u + *s;
-}
-
-class HandoverTest : public ::testing::Test {
- protected:
-  void SetUp() override { redis_ = std::make_unique<RedisServer>(); }
-
-  void TearDown() override {
-    if (HasFailure() && redis_) std::cout << "--- redis-server log ---\n" << redis_->log() << "\n";
-    for (pid_t p : cleanup_pids_) kill_if_alive(p);
-  }
-
-  RedisServer& redis() { return *redis_; }
-  std::filesystem::path file(std::string_view name) const { return dir_ / name; }
-  void touch(std::string_view name) const { write_file(file(name), ""); }
-
-  static std::string key(const std::string& name, std::string_view suffix) {
-    return "fencerun:{" + name + "}:" + std::string(suffix);
-  }
-
-  // fencerun -r URL OPTIONS... NAME -- sh -c SCRIPT, in the test's temp dir.
-  std::unique_ptr<FencerunProcess> start(const std::string& name, const std::string& script,
-                                         std::vector<std::string> options = {}) {
-    std::vector<std::string> a = {"-r", redis_->url()};
-    a.insert(a.end(), options.begin(), options.end());
-    a.insert(a.end(), {name, "--", "sh", "-c", script});
-    SpawnOptions o;
-    o.cwd = dir_.path();
-    auto p = std::make_unique<FencerunProcess>(std::move(a), std::move(o));
-    cleanup_pids_.push_back(p->pid());
-    return p;
-  }
-
-  // A holder whose command runs until the file `go` appears and then writes `date +%s%N` to
-  // `released` as its last act.
-  std::unique_ptr<FencerunProcess> start_holder(const std::string& name, const std::string& go,
-                                                const std::string& released,
-                                                std::vector<std::string> options = {"--ttl", "30s"}) {
-    auto p = start(name, "while [ ! -e " + go + " ]; do sleep 0.01; done; date +%s%N > " + released,
-                   std::move(options));
-    if (!wait_until([&] { return redis_->exists(key(name, "lock")); }, 10s))
-      throw std::runtime_error("the holder never took " + name + ": " + p->result().describe());
-    return p;
-  }
-
-  long long subscribers(const std::string& name) {
-    Reply r = redis_->cmd({"PUBSUB", "NUMSUB", key(name, "released")});
-    if (r.type != Reply::Type::Array || r.elements.size() != 2) return -1;
-    return r.elements[1].integer;
-  }
-  bool wait_subscribers(const std::string& name, long long n, Clock::duration timeout = 10s) {
-    return wait_until([&] { return subscribers(name) == n; }, timeout);
-  }
-
-  long long queued(const std::string& name) {
-    return redis_->cmd({"ZCARD", key(name, "queue")}).integer;
-  }
-  bool wait_queued(const std::string& name, long long n, Clock::duration timeout = 10s) {
-    return wait_until([&] { return queued(name) == n; }, timeout);
-  }
-  std::vector<std::string> queue_members(const std::string& name) {
-    std::vector<std::string> m;
-    for (const auto& e : redis_->cmd({"ZRANGE", key(name, "queue"), "0", "-1"}).elements) m.push_back(e.str);
-    return m;
-  }
-  bool in_zset(const std::string& name, std::string_view set, const std::string& member) {
-    return !redis_->cmd({"ZSCORE", key(name, set), member}).is_nil();
-  }
-
-  // A nanosecond timestamp written by a command.
-  long long stamp(const std::string& name, Clock::duration timeout = 10s) {
-    auto l = wait_for_line(file(name), timeout);
-    if (!l) throw std::runtime_error("no timestamp in " + name);
-    auto v = parse_ll(*l);
-    if (!v) throw std::runtime_error("not a timestamp in " + name + ": " + *l);
-    return *v;
-  }
-
-  std::vector<std::string> lines(const std::string& name) {
-    return split_lines(read_file(file(name)).value_or(""));
-  }
-
- private:
-  std::unique_ptr<RedisServer> redis_;
-  TempDir dir_{"handover"};
-  std::vector<pid_t> cleanup_pids_;
-};
-
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : " ") + x;
-  return s;
-}
 
 // A waiter that subscribed and then went to sleep is woken by the release itself. The holder's TTL
 // is 30 s and it renews, so the waiter's own timer would fire only after up to 2 s: a hand-over well
@@ -212,7 +91,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, WaitingCpuTest, ::testing::Values(false, true),
 TEST_F(HandoverTest, KilledHolderIsReplacedSoonAfterItsTtl) {
   const std::string name = "dead";
   auto holder = start(name, "echo $$ > pid; exec sleep 1000", {"--ttl", "2s"});
-  ASSERT_TRUE(wait_until([&] { return redis().exists(key(name, "lock")); }, 10s)) << holder->result();
+  ASSERT_TRUE(wait_until([&] { return exists(key(name, "lock")); }, 10s)) << holder->result();
   const auto cmd = wait_for_pid_file(file("pid"), 10s);
   ASSERT_TRUE(cmd);
   auto waiter = start(name, "date +%s%N > acquired", {"--ttl", "2s", "--wait", "30s"});
@@ -384,7 +263,6 @@ TEST_F(HandoverTest, FairWaiterWhoseWaitRunsOutLeavesQueue) {
 
   ASSERT_EQ(quitter->wait_for_exit(10s), 75) << quitter->result();
   EXPECT_FALSE(in_zset(name, "queue", place)) << "the waiter that gave up is still queued";
-  EXPECT_FALSE(in_zset(name, "alive", place)) << "the waiter that gave up still has a liveness entry";
   EXPECT_EQ(queued(name), 1);
 
   touch("go");
@@ -409,7 +287,6 @@ TEST_F(HandoverTest, FairWaiterStoppedBySignalLeavesQueue) {
     ASSERT_TRUE(w->signal(sig));
     ASSERT_EQ(w->wait_for_exit(5s), 128 + sig) << "signal " << sig << ": " << w->result();
     EXPECT_FALSE(in_zset(name, "queue", members[0])) << "signal " << sig << ": still queued";
-    EXPECT_FALSE(in_zset(name, "alive", members[0])) << "signal " << sig << ": liveness entry left";
     EXPECT_EQ(queued(name), 0);
   }
   touch("go");
@@ -418,4 +295,4 @@ TEST_F(HandoverTest, FairWaiterStoppedBySignalLeavesQueue) {
 }
 
 }  // namespace
-}  // namespace fencerun::test
+}  // namespace fencerun::test::handover
