@@ -635,8 +635,21 @@ def cmd_report(a):
     w("The script's waiting figure is its `sh` alone; it starts a `redis-cli` every 100 ms as well.")
     w("")
 
+    # The many-waiters section (bench/waiters.sh) is kept as it is.
+    kept = ""
+    try:
+        with open(a.doc) as f:
+            old = f.read()
+        begin, end = old.find("<!-- waiters:begin -->"), old.find("<!-- waiters:end -->")
+        if begin >= 0 and end > begin:
+            start = old.rfind("\n## ", 0, begin)
+            kept = old[start + 1 if start >= 0 else begin:end + len("<!-- waiters:end -->")] + "\n"
+    except FileNotFoundError:
+        pass
     with open(a.doc, "w") as f:
         f.write("\n".join(L))
+        if kept:
+            f.write("\n" + kept)
 
     # plot
     dat = os.path.join(R, "latency.dat")

@@ -25,8 +25,8 @@ std::string acl_rule(const std::string& key_prefix, bool delex) {
   std::string rule = "resetkeys ~" + p + "* resetchannels &" + p + "* -@all";
   // Sent by fencerun itself: scripts, the status query, connection set-up, Sentinel/Cluster, WAIT.
   rule += " +evalsha +eval +get +pttl +select +role +asking +wait +subscribe +publish";
-  // Run inside the acquire, renew, release and leave scripts (the fair queue included).
-  rule += " +set +time +pexpire +del +zadd +zscore +zrange +zrem +incr";
+  // Run inside the acquire, renew, release, leave and wake scripts (the wait queue included).
+  rule += " +set +time +pexpire +del +exists +zadd +zrank +zcard +zrange +zrem +incr";
   if (delex) rule += " +delex";
   return rule;
 }

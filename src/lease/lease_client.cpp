@@ -49,6 +49,8 @@ Result<std::vector<Reply>> run_script(redis::Client& client, const scripts::Sour
     sent = BootClock::now();
     replies = client.pipeline(commands, deadline);
   }
+  if (replies && replies->front().error_is("TRYAGAIN"))
+    return std::unexpected(Error{Error::Kind::migrating, std::string(script.name) + " script refused: " + replies->front().str});
   if (replies && replies->front().is_error())
     return std::unexpected(Error{Error::Kind::protocol, std::string(script.name) + " script failed: " + replies->front().str});
   return replies;
@@ -65,7 +67,7 @@ Result<Reply> run_script(redis::Client& client, const scripts::Source& script, s
 
 LockKeys keys_for(std::string_view prefix, std::string_view name) {
   std::string base = std::string(prefix) + "{" + std::string(name) + "}:";
-  return LockKeys{base + "lock", base + "token", base + "queue", base + "alive", base + "tickets", base + "released"};
+  return LockKeys{base + "lock", base + "token", base + "queue", base + "tickets", base + "turn", base + "wake:"};
 }
 
 Holder parse_holder(std::string_view value) {
@@ -105,20 +107,25 @@ Result<AcquireResult> parse_acquire_reply(const Reply& reply, Deadline sent) {
   if (e[2].is_string()) busy.holder = parse_holder(e[2].str);
   if (e.size() >= 5)
     if (auto turn = e[4].as_integer(); turn && *turn > 0) busy.turn_expires = std::chrono::milliseconds(*turn);
+  if (e.size() >= 6)
+    if (auto place = e[5].as_integer(); place && *place >= 0) busy.place = static_cast<long>(*place);
+  if (e.size() >= 7)
+    if (auto length = e[6].as_integer(); length && *length > 0) busy.queue_length = static_cast<long>(*length);
   return busy;
 }
 
 Result<AcquireResult> LeaseClient::try_acquire(std::string_view owner, std::chrono::milliseconds ttl, long pid,
-                                               std::string_view host, const ReplicaAck& ack, const Fairness& fair,
+                                               std::string_view host, const ReplicaAck& ack, const Queueing& queueing,
                                                Deadline deadline) {
   std::string ttl_ms = std::to_string(ttl.count());
   std::string pid_text = std::to_string(pid);
-  std::string live_ms = std::to_string(fair.liveness.count());
-  // Only fair waiting touches the queue keys; without it the script declares just the two it uses, so a
-  // Cluster slot migration of absent queue keys cannot make the request fail with TRYAGAIN.
-  std::string_view all_keys[] = {m_keys.lock, m_keys.token, m_keys.queue, m_keys.alive, m_keys.tickets};
-  std::span<const std::string_view> keys(all_keys, fair.enabled ? 5 : 2);
-  std::string_view args[] = {owner, ttl_ms, pid_text, host, fair.enabled ? "1" : "0", live_ms};
+  std::string turn_ms = std::to_string(k_turn.count());
+  // A run that does not queue (yet) declares only the two keys it uses, so a Cluster slot migration of
+  // absent queue keys cannot make the request fail with TRYAGAIN.
+  std::string_view all_keys[] = {m_keys.lock, m_keys.token, m_keys.queue, m_keys.tickets, m_keys.turn};
+  std::span<const std::string_view> keys(all_keys, queueing.fair || queueing.queued ? 5 : 2);
+  std::string_view args[] = {owner, ttl_ms, pid_text, host, queueing.fair ? "1" : "0", queueing.queued ? "1" : "0",
+                             m_keys.wake, turn_ms};
   std::string replicas = std::to_string(ack.replicas);
   std::string wait_ms = std::to_string(ack.timeout.count());
   std::vector<std::vector<std::string_view>> followups;
@@ -154,21 +161,34 @@ Result<RenewOutcome> LeaseClient::renew(std::string_view value, std::chrono::mil
 
 Result<bool> LeaseClient::release(std::string_view owner, std::optional<std::string_view> value, bool try_delex,
                                   Deadline deadline) {
+  std::string turn_ms = std::to_string(k_turn.count());
+  std::string_view queue_keys[] = {m_keys.lock, m_keys.queue, m_keys.turn};
+  Deadline sent{};
+  std::string_view wake_args[] = {m_keys.wake, turn_ms};
   if (value && try_delex && !m_delex_unsupported) {
-    // The PUBLISH rides along in the same write; a wake-up without a release only costs a retry.
-    std::vector<std::vector<std::string_view>> commands = {{"DELEX", m_keys.lock, "IFEQ", *value},
-                                                           {"PUBLISH", m_keys.released, "1"}};
+    // The wake script rides along in the same write: it wakes the first waiter if the lock is gone.
+    std::vector<std::vector<std::string_view>> commands = {
+        {"DELEX", m_keys.lock, "IFEQ", *value},
+        {"EVALSHA", scripts::k_wake.sha1, "3", m_keys.lock, m_keys.queue, m_keys.turn, m_keys.wake, turn_ms}};
     auto replies = m_client.pipeline(commands, deadline);
     if (!replies) return std::unexpected(replies.error());
     const Reply& reply = replies->front();
-    if (auto n = reply.as_integer(); n && !reply.is_error()) return *n == 1;
+    if (auto n = reply.as_integer(); n && !reply.is_error()) {
+      // The DELEX ran; a wake that could not (the script not cached yet) is sent on its own.
+      if ((*replies)[1].error_is("NOSCRIPT"))
+        [[maybe_unused]] auto woken = run_script(m_client, scripts::k_wake, queue_keys, wake_args, deadline, sent);
+      return *n == 1;
+    }
     // Renamed, disabled or absent after all: remember and use the script.
     m_delex_unsupported = true;
   }
-  std::string_view keys[] = {m_keys.lock};
-  std::string_view args[] = {owner, m_keys.released};
-  Deadline sent{};
-  auto reply = run_script(m_client, scripts::k_release, keys, args, deadline, sent);
+  std::string_view args[] = {owner, m_keys.wake, turn_ms};
+  auto reply = run_script(m_client, scripts::k_release, queue_keys, args, deadline, sent);
+  if (!reply && reply.error().kind == Error::Kind::migrating) {
+    // The slot is migrating and the queue keys are not where the lock is: release the lock alone. A
+    // waiter then notices at the end of the lease it was told about.
+    reply = run_script(m_client, scripts::k_release, std::span(queue_keys, 1), args, deadline, sent);
+  }
   if (!reply) return std::unexpected(reply.error());
   auto n = reply->as_integer();
   if (!n) return std::unexpected(protocol_error("unexpected reply to the release script"));
@@ -176,8 +196,9 @@ Result<bool> LeaseClient::release(std::string_view owner, std::optional<std::str
 }
 
 Result<void> LeaseClient::leave_queue(std::string_view owner, Deadline deadline) {
-  std::string_view keys[] = {m_keys.queue, m_keys.alive};
-  std::string_view args[] = {owner};
+  std::string turn_ms = std::to_string(k_turn.count());
+  std::string_view keys[] = {m_keys.lock, m_keys.queue, m_keys.turn};
+  std::string_view args[] = {owner, m_keys.wake, turn_ms};
   Deadline sent{};
   auto reply = run_script(m_client, scripts::k_leave, keys, args, deadline, sent);
   if (!reply) return std::unexpected(reply.error());

@@ -15,12 +15,13 @@
 namespace fencerun::lease {
 
 struct LockKeys {
-  std::string lock;      // <prefix>{NAME}:lock
-  std::string token;     // <prefix>{NAME}:token
-  std::string queue;     // <prefix>{NAME}:queue    fair waiters by ticket
-  std::string alive;     // <prefix>{NAME}:alive    fair waiters' place expiry
-  std::string tickets;   // <prefix>{NAME}:tickets  fair ticket counter
-  std::string released;  // <prefix>{NAME}:released  channel: a release wakes the waiters
+  std::string lock;     // <prefix>{NAME}:lock
+  std::string token;    // <prefix>{NAME}:token
+  std::string queue;    // <prefix>{NAME}:queue    waiters (owner ids) by ticket
+  std::string tickets;  // <prefix>{NAME}:tickets  ticket counter
+  std::string turn;     // <prefix>{NAME}:turn     the waiter woken to take the free lock
+  std::string wake;     // <prefix>{NAME}:wake:    + owner id: the channel each waiter listens on
+  std::string wake_channel(std::string_view owner) const { return wake + std::string(owner); }
 };
 LockKeys keys_for(std::string_view prefix, std::string_view name);
 
@@ -53,17 +54,24 @@ struct ReplicaAck {
   std::chrono::milliseconds timeout{0};
 };
 
-// Fair waiting: take a ticket and keep the place by trying again within `liveness`.
-struct Fairness {
-  bool enabled = false;
-  std::chrono::milliseconds liveness{3000};
+// A waiter woken to take the free lock has this long to come for it; then a fair waiter behind it
+// takes its place (see _queue.lua).
+inline constexpr std::chrono::milliseconds k_turn{3000};
+
+// How an acquire attempt stands towards the wait queue. `queued`: the caller listens on its wake
+// channel, so it joins the queue (or keeps its place) when the lock is busy. `fair`: a free lock goes
+// to the first waiter only.
+struct Queueing {
+  bool fair = false;
+  bool queued = false;
 };
 struct Busy {
   std::optional<std::chrono::milliseconds> remaining;  // nullopt: no expiry, or free but not our turn
-  Holder holder;
-  // Fair waiting, lock free but another waiter's turn: when that waiter's place expires if it does
-  // not come for the lock.
+  Holder holder;  // known when not queued
+  // Fair waiting, lock free but another waiter's turn: how long that turn lasts.
   std::optional<std::chrono::milliseconds> turn_expires;
+  std::optional<long> place;  // place in the queue, 0 first; nullopt when not queued
+  long queue_length = 0;      // known when queued
 };
 using AcquireResult = std::variant<Acquired, Busy>;
 
@@ -89,9 +97,9 @@ class LeaseClient {
   // One attempt: acquire with `ttl` and issue a token, or report the holder. With ack.replicas > 0 the
   // reply also says how many replicas confirmed it (the request may take ack.timeout longer).
   redis::Result<AcquireResult> try_acquire(std::string_view owner, std::chrono::milliseconds ttl, long pid,
-                                           std::string_view host, const ReplicaAck& ack, const Fairness& fair,
+                                           std::string_view host, const ReplicaAck& ack, const Queueing& queueing,
                                            Deadline deadline);
-  // A fair waiter gives up its place in the queue.
+  // A waiter gives up its place in the queue (the next one takes it).
   redis::Result<void> leave_queue(std::string_view owner, Deadline deadline);
   // Owner-checked renewal; `sent` receives the time the successful request was written.
   redis::Result<RenewOutcome> renew(std::string_view value, std::chrono::milliseconds ttl, Deadline deadline,

@@ -1,6 +1,7 @@
 #include "lease/redis_lease.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <optional>
 #include <random>
 #include <variant>
@@ -14,26 +15,63 @@
 namespace fencerun::lease {
 namespace {
 
-// Fair waiters try again within this long to keep their place (it expires after it).
-constexpr milliseconds k_fair_liveness{3000};
+// A waiter in the queue sleeps until a message on its channel says otherwise ('go': the lock is
+// yours to take; 'backup MS': the waiter in front was woken, step in if it has not come in MS; 'head
+// MS': you are first, the holder's lease runs MS more). Its own timer is only a safety net, except
+// for the first two waiters, which look again when the holder's lease runs out (it may have died
+// without releasing). The net widens with the length of the queue, so all waiters together try about
+// once a second (fewer when fewer than 30 wait) whatever their number.
+constexpr milliseconds k_net_min{30'000};
+constexpr milliseconds k_net_max{3'600'000};
+constexpr milliseconds k_net_per_waiter{1000};
+// Behind the first waiter, the second one looks this much later, so the first one goes first.
+constexpr milliseconds k_second_lag{100};
 
-// How long to sleep before trying a busy lock again. Subscribed waiters are woken by a release, so
-// they only need to look again when the holder's TTL runs out (it may have died), capped so a missed
-// message or a key without expiry costs at most a short delay. Without a subscription: back off from
-// 10ms to 500ms with jitter, again never past the holder's remaining TTL.
-milliseconds next_wait(int attempt, const Busy& busy, bool subscribed, bool fair, std::mt19937& rng) {
-  milliseconds pause;
-  if (subscribed) {
-    pause = milliseconds(2000);
-  } else {
-    milliseconds base = std::min(milliseconds(10) * (1 << std::min(attempt, 6)), milliseconds(500));
-    std::uniform_int_distribution<long> jitter(base.count() * 3 / 4, base.count() * 5 / 4);
-    pause = milliseconds(jitter(rng));
+milliseconds jittered(milliseconds base, std::mt19937& rng) {
+  std::uniform_int_distribution<long> jitter(base.count() * 3 / 4, base.count() * 5 / 4);
+  return milliseconds(jitter(rng));
+}
+
+// How long a waiter sleeps after a busy answer, unless woken.
+milliseconds next_wait(int attempt, const Busy& busy, std::mt19937& rng) {
+  if (!busy.place) {
+    // Not listening (subscribing is not allowed): poll, backing off from 10ms to 500ms with jitter,
+    // never past the holder's remaining TTL.
+    milliseconds pause = jittered(std::min(milliseconds(10) * (1 << std::min(attempt, 6)), milliseconds(500)), rng);
+    if (busy.remaining) pause = std::min(pause, *busy.remaining + milliseconds(1));
+    if (busy.turn_expires) pause = std::min(pause, *busy.turn_expires);
+    return std::max(pause, milliseconds(1));
   }
-  if (fair) pause = std::min(pause, k_fair_liveness / 3);
-  if (busy.remaining) pause = std::min(pause, *busy.remaining + milliseconds(1));
-  if (busy.turn_expires) pause = std::min(pause, *busy.turn_expires);
-  return std::max(pause, milliseconds(1));
+  const long place = *busy.place;
+  milliseconds pause = jittered(std::clamp(k_net_per_waiter * busy.queue_length, k_net_min, k_net_max), rng);
+  if (place <= 1) {
+    const milliseconds lag = milliseconds(1) + k_second_lag * place;
+    if (busy.remaining) pause = std::min(pause, *busy.remaining + lag);
+    if (busy.turn_expires) pause = std::min(pause, *busy.turn_expires + lag);
+  }
+  return pause;
+}
+
+// A message on a waiter's channel, read as what it means for the waiter's sleep.
+struct Wake {
+  bool now = false;                  // 'go'
+  std::optional<milliseconds> in;    // 'backup MS' / 'head MS': look again in MS
+  bool replaces = false;             // 'head': the new time replaces the old one (also a later one)
+};
+Wake read_wake(std::string_view message) {
+  auto number = [&](std::string_view word) -> std::optional<milliseconds> {
+    if (!message.starts_with(word)) return std::nullopt;
+    long long ms = 0;
+    auto rest = message.substr(word.size());
+    auto [ptr, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), ms);
+    if (ec != std::errc{} || ptr != rest.data() + rest.size()) return std::nullopt;
+    return milliseconds(std::max(ms, 0LL));
+  };
+  if (message == "go") return {true, std::nullopt, false};
+  if (message == "head -1") return {false, std::nullopt, true};  // a lock without expiry: the net only
+  if (auto ms = number("backup ")) return {false, *ms, false};
+  if (auto ms = number("head ")) return {false, *ms, true};
+  return {true, std::nullopt, false};  // not understood: look now, to be safe
 }
 
 // While waiting, a connection error is retried after this long (doubling from 100ms to 2s, jittered).
@@ -136,7 +174,7 @@ class RedisLease final : public Lease {
                {{"lock", m_request.lock}, {"kind", redis::to_string(e.kind)}});
   }
   void leave_queue() {
-    if (m_request.fair)
+    if (m_joined)
       [[maybe_unused]] auto left = m_lease.leave_queue(m_request.owner, BootClock::now() + m_request.request_timeout);
   }
   // Sleeps until `wake` unless a signal ends the wait first; then gives up the queue place.
@@ -170,23 +208,65 @@ class RedisLease final : public Lease {
                 busy.remaining ? log::millis("ttl", *busy.remaining, util::format_duration(*busy.remaining))
                                : log::Field{"ttl", "none"}});
   }
-  // A second connection subscribed to the lock's release channel, or nothing (then the wait polls).
+  // A queued waiter's busy answer does not name the holder: ask for it (for the message only).
+  Busy holder_now(const Busy& busy) {
+    Busy named = busy;
+    if (auto st = m_lease.status(BootClock::now() + m_request.request_timeout); st && st->holder) {
+      named.holder = *st->holder;
+      named.remaining = st->remaining;
+    }
+    return named;
+  }
+  // A second connection subscribed to this waiter's own wake channel, or nothing (then the wait polls).
   std::optional<redis::Client> subscribe() {
     std::optional<redis::Client> subscriber(std::in_place, m_target.endpoint);
-    if (auto ok = subscriber->subscribe(m_lease.keys().released, BootClock::now() + m_request.request_timeout); !ok) {
+    const auto channel = m_lease.keys().wake_channel(m_request.owner);
+    if (auto ok = subscriber->subscribe(channel, BootClock::now() + m_request.request_timeout); !ok) {
       log::event(log::Level::debug, "subscribe_failed",
-                 "cannot subscribe to release events, polling instead: " + ok.error().message,
+                 "cannot subscribe to wake-ups, polling instead" +
+                     std::string(m_request.fair ? " (without a place in the fair queue)" : "") + ": " +
+                     ok.error().message,
                  {{"lock", m_request.lock}});
       subscriber.reset();
     }
     return subscriber;
   }
+  // Sleeps after a busy answer until it is time to try again: a 'go' message, the timer (which other
+  // messages move), a signal (then the wait ends), or a broken subscription (try again at once, and
+  // subscribe again).
+  std::optional<int> sleep_between_tries(Waiter& waiter, std::optional<redis::Client>& subscriber, Deadline wake,
+                                         std::optional<Deadline> wait_until);
 
   RedisLeaseTarget m_target;
   LeaseRequest m_request;
   redis::Client m_client;
   LeaseClient m_lease;
+  bool m_joined = false;  // has been in the wait queue (it leaves it when it gives up)
 };
+
+std::optional<int> RedisLease::sleep_between_tries(Waiter& waiter, std::optional<redis::Client>& subscriber,
+                                                   Deadline wake, std::optional<Deadline> wait_until) {
+  for (;;) {
+    Deadline until = wait_until ? std::min(wake, *wait_until) : wake;
+    bool woken = false;
+    if (!(subscriber && subscriber->has_buffered_messages())) {
+      if (auto sig = pause_until(waiter, until, subscriber ? subscriber->wake_fd() : -1, woken)) return sig;
+      if (!woken) return std::nullopt;  // the timer
+    }
+    auto messages = subscriber->drain_messages();
+    if (!messages) {
+      subscriber.reset();
+      return std::nullopt;
+    }
+    const Deadline now = BootClock::now();
+    for (const auto& m : *messages) {
+      const Wake w = read_wake(m);
+      if (w.now) return std::nullopt;
+      const Deadline at = now + (w.in ? *w.in + k_second_lag : k_net_min);
+      wake = w.replaces ? at : std::min(wake, at);
+    }
+  }
+}
 
 std::expected<std::unique_ptr<HeldLease>, NotAcquired> RedisLease::acquire(Waiter& waiter, milliseconds& waited) {
   const Deadline began = BootClock::now();
@@ -197,12 +277,11 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> RedisLease::acquire(Waite
     return std::unexpected(NotAcquired{why, signal});
   };
 
-  // A waiter subscribes to the lock's release channel after its first busy answer and then tries once
-  // more at once, so no release can slip between a try and the wait; a release then wakes it
-  // immediately, and a holder that died is noticed at its remaining TTL.
+  // After its first busy answer a waiter subscribes to its own wake channel and then tries again at
+  // once, joining the queue: so it is in the queue only while it listens, and no release can slip
+  // between a try and the wait. A release then wakes the first waiter in the queue, and only it.
   std::optional<Deadline> wait_until;
   if (m_request.wait) wait_until = began + *m_request.wait;
-  const Fairness fairness{m_request.fair, k_fair_liveness};
   std::mt19937 rng(std::random_device{}());
   std::optional<redis::Client> subscriber;
   bool subscribe_tried = false;
@@ -212,12 +291,15 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> RedisLease::acquire(Waite
     // acquire request waits longer than that, whatever --timeout says.
     Deadline now = BootClock::now();
     Deadline bound = std::min(now + timeout, schedule.stop_at(schedule.deadline_after(now)));
+    const Queueing queueing{m_request.fair, subscriber.has_value()};
+    m_joined = m_joined || queueing.queued;
     auto result = m_lease.try_acquire(m_request.owner, m_request.timing.ttl, m_request.pid, m_request.host,
-                                      {m_request.min_replicas, m_request.replica_timeout}, fairness, bound);
+                                      {m_request.min_replicas, m_request.replica_timeout}, queueing, bound);
     if (!result) {
       const redis::Error& error = result.error();
       clean_up_after(error);
-      bool retryable = error.kind == redis::Error::Kind::connection || error.kind == redis::Error::Kind::timeout;
+      bool retryable = error.kind == redis::Error::Kind::connection || error.kind == redis::Error::Kind::timeout ||
+                       error.kind == redis::Error::Kind::migrating;
       now = BootClock::now();
       if (!retryable || !wait_until || now >= *wait_until) {
         log_unavailable(error);
@@ -246,7 +328,7 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> RedisLease::acquire(Waite
     const auto& busy = std::get<Busy>(*result);
     now = BootClock::now();
     if (wait_until && now >= *wait_until) {
-      log_busy(busy);
+      log_busy(busy.place ? holder_now(busy) : busy);
       leave_queue();
       return refuse(NotAcquired::Reason::busy);
     }
@@ -254,18 +336,15 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> RedisLease::acquire(Waite
       subscribe_tried = true;
       log::event(log::Level::info, "waiting", "lock is busy, waiting", {{"lock", m_request.lock}});
       subscriber = subscribe();
-      continue;  // try again now: a release may have come before the subscription
+      continue;  // try again now, listening: a release may have come before the subscription
     }
-    Deadline wake = now + next_wait(attempt, busy, subscriber.has_value(), m_request.fair, rng);
-    if (wait_until) wake = std::min(wake, *wait_until);
-    bool woken = false;
-    int fd = subscriber ? subscriber->wake_fd() : -1;
-    if (!(subscriber && subscriber->has_buffered_messages())) {
-      if (auto sig = pause_until(waiter, wake, fd, woken)) return refuse(NotAcquired::Reason::interrupted, *sig);
+    if (!subscriber && m_joined) {
+      // The subscription broke: subscribe again, then try again (the place is kept if still there).
+      subscriber = subscribe();
+      if (subscriber) continue;
     }
-    if (subscriber && (woken || subscriber->has_buffered_messages())) {
-      if (auto n = subscriber->drain_messages(); !n) subscriber.reset();  // fall back to polling
-    }
+    if (auto sig = sleep_between_tries(waiter, subscriber, now + next_wait(attempt, busy, rng), wait_until))
+      return refuse(NotAcquired::Reason::interrupted, *sig);
   }
 }
 

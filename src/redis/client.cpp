@@ -406,9 +406,9 @@ bool Client::has_buffered_messages() const {
   return m_conn->transport->has_buffered() || m_conn->reader->len > m_conn->reader->pos;
 }
 
-Result<int> Client::drain_messages() {
+Result<std::vector<std::string>> Client::drain_messages() {
   if (!m_conn) return std::unexpected(Error{Error::Kind::connection, "not subscribed"});
-  int messages = 0;
+  std::vector<std::string> messages;
   char buf[4096];
   for (;;) {
     void* raw = nullptr;
@@ -417,8 +417,14 @@ Result<int> Client::drain_messages() {
       return std::unexpected(Error{Error::Kind::protocol, "bad message from server"});
     }
     if (raw) {
-      ::freeReplyObject(static_cast<redisReply*>(raw));
-      ++messages;
+      // A published message is ["message", channel, payload]; anything else (a subscription's
+      // confirmation) carries nothing to act on.
+      const auto* r = static_cast<redisReply*>(raw);
+      if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 && r->element[0]->type == REDIS_REPLY_STRING &&
+          std::string_view(r->element[0]->str, r->element[0]->len) == "message" &&
+          r->element[2]->type == REDIS_REPLY_STRING)
+        messages.emplace_back(r->element[2]->str, r->element[2]->len);
+      ::freeReplyObject(raw);
       continue;
     }
     // Nothing complete is buffered: read what the socket has, without waiting.

@@ -41,11 +41,12 @@ class Client {
 
   // Subscriber mode (a connection of its own: RESP2 allows nothing else on it). subscribe() returns once
   // the server confirmed the subscription; afterwards wait with poll() on wake_fd() (and
-  // has_buffered_messages()), then call drain_messages() to count what arrived without blocking.
+  // has_buffered_messages()), then call drain_messages() for the payloads of the messages that
+  // arrived, without blocking.
   Result<void> subscribe(std::string_view channel, Deadline deadline);
   int wake_fd() const;
   bool has_buffered_messages() const;
-  Result<int> drain_messages();
+  Result<std::vector<std::string>> drain_messages();
 
   // Connects now if not connected (handshake included).
   Result<void> connect(Deadline deadline);

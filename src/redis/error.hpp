@@ -15,6 +15,7 @@ struct Error {
     connection,  // connect, read or write failed; the connection is closed
     auth,        // AUTH or SELECT was refused, or the server demands a password
     protocol,    // the server sent something that is not RESP, or an unexpected reply shape
+    migrating,   // a multi-key request refused (TRYAGAIN, not run) while a Cluster slot migrates
   };
   Kind kind;
   std::string message;
@@ -30,6 +31,7 @@ inline const char* to_string(Error::Kind kind) {
     case Error::Kind::connection: return "connection";
     case Error::Kind::auth: return "auth";
     case Error::Kind::protocol: return "protocol";
+    case Error::Kind::migrating: return "migrating";
   }
   return "unknown";
 }

@@ -127,11 +127,9 @@ TEST_F(LeaseTest, AWaiterGetsTheLockWhenTheHolderReleasesWithAGreaterToken) {
     auto got = second->acquire(w, waited2);
     if (got) second_token = (*got)->token();
   });
-  ASSERT_TRUE(wait_until([&] { return redis.cmd({"PUBSUB", "NUMSUB", "fencerun:{handover}:released"})
-                                          .elements.size() == 2 &&
-                                      redis.cmd({"PUBSUB", "NUMSUB", "fencerun:{handover}:released"})
-                                              .elements[1].integer == 1; },
-                         5s));
+  // Queued: it joins the queue only once it listens on its own channel.
+  const bool queued = wait_until([&] { return redis.cmd({"ZCARD", "fencerun:{handover}:queue"}).integer == 1; }, 5s);
+  EXPECT_TRUE(queued);
   EXPECT_EQ((*held)->release(), lease::HeldLease::Released::yes);
   other.join();
   EXPECT_GT(second_token, first_token);
@@ -144,7 +142,8 @@ TEST_F(LeaseTest, ASignalEndsTheWaitAndAFairWaiterLeavesTheQueue) {
   auto held = first->acquire(waiter, waited);
   ASSERT_TRUE(held.has_value());
   auto second = lease_for("signal", 5000ms, std::nullopt, true);
-  CountingWaiter interrupting(1, SIGTERM);
+  // The first sleep comes after the waiter joined the queue (a try, the subscription, a try that joins).
+  CountingWaiter interrupting(0, SIGTERM);
   auto refused = second->acquire(interrupting, waited);
   ASSERT_FALSE(refused.has_value());
   EXPECT_EQ(refused.error().reason, lease::NotAcquired::Reason::interrupted);

@@ -109,6 +109,23 @@ TEST(acquire_reply, busy_with_another_fair_waiters_turn_says_when_it_expires) {
   ASSERT_NE(b, nullptr);
   EXPECT_FALSE(b->remaining.has_value());
   EXPECT_EQ(b->turn_expires, std::chrono::milliseconds(250));
+  EXPECT_FALSE(b->place.has_value());
+}
+
+TEST(acquire_reply, busy_for_a_queued_waiter_gives_its_place) {
+  Reply nil;
+  auto r = parse_acquire_reply(array({integer(0), integer(900), nil, integer(0x070000), integer(0), integer(3)}),
+                               BootClock::now());
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  const auto* b = std::get_if<Busy>(&*r);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->remaining, std::chrono::milliseconds(900));
+  EXPECT_EQ(b->place, 3);
+  EXPECT_TRUE(b->holder.owner.empty());
+  auto unqueued = parse_acquire_reply(array({integer(0), integer(900), nil, integer(0x070000), integer(0), integer(-1)}),
+                                      BootClock::now());
+  ASSERT_TRUE(unqueued.has_value());
+  EXPECT_FALSE(std::get<Busy>(*unqueued).place.has_value());
 }
 
 TEST(acquire_reply, anything_else_is_a_protocol_error) {

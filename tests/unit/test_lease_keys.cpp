@@ -31,6 +31,14 @@ TEST(lock_keys, puts_the_name_in_a_hash_tag_after_the_prefix) {
   EXPECT_EQ(keys.token, "fencerun:{nightly}:token");
 }
 
+TEST(lock_keys, name_the_queue_keys_and_each_waiters_wake_channel) {
+  auto keys = keys_for("fencerun:", "nightly");
+  EXPECT_EQ(keys.queue, "fencerun:{nightly}:queue");
+  EXPECT_EQ(keys.tickets, "fencerun:{nightly}:tickets");
+  EXPECT_EQ(keys.turn, "fencerun:{nightly}:turn");
+  EXPECT_EQ(keys.wake_channel("0123abcd"), "fencerun:{nightly}:wake:0123abcd");
+}
+
 TEST(lock_keys, uses_the_given_prefix) {
   auto keys = keys_for("jobs:", "db/backup");
   EXPECT_EQ(keys.lock, "jobs:{db/backup}:lock");
@@ -43,6 +51,9 @@ TEST(lock_keys, share_one_cluster_slot) {
     auto keys = keys_for("fencerun:", name);
     EXPECT_EQ(hash_tag(keys.lock), name);
     EXPECT_EQ(hash_tag(keys.token), name);
+    EXPECT_EQ(hash_tag(keys.queue), name);
+    EXPECT_EQ(hash_tag(keys.tickets), name);
+    EXPECT_EQ(hash_tag(keys.turn), name);
   }
 }
 

@@ -1,53 +1,65 @@
--- Sets the lock only if it is absent and issues the next fencing token, in one atomic step.
--- KEYS: 1 lock, 2 token counter, 3 fair queue, 4 fair liveness, 5 fair ticket counter.
--- ARGV: 1 owner id, 2 ttl ms, 3 pid, 4 host, 5 '1' for fair (queued) waiting, 6 waiter liveness ms.
+-- Sets the lock only if it is absent and issues the next fencing token, in one atomic step; keeps the
+-- wait queue (see _queue.lua).
+-- KEYS: 1 lock, 2 token counter, 3 queue, 4 ticket counter, 5 turn.
+-- ARGV: 1 owner id, 2 ttl ms, 3 pid, 4 host, 5 '1' for fair waiting, 6 '1' when the caller listens on
+--       its channel (it joins the queue, or keeps its place), 7 the waiters' channel prefix, 8 turn ms.
 -- Acquired: {1, token, lock value, server version,
 --            microseconds by which the server's clock is behind the counter (0 when it is not)}.
--- Busy:     {0, holder's PTTL (-2 when free but another waiter's turn), holder's value, version,
---            ms until that waiter's place expires (0 when the lock is held)}.
+-- Busy:     {0, holder's PTTL (-2 when free but another waiter's turn), holder's value (false when
+--            the caller is queued), version, ms left of that waiter's turn (0 when the lock is held),
+--            the caller's place in the queue (0 first, -1 not queued), the queue's length}.
 -- token = max(counter + 1, server time in microseconds), returned as a string so it always prints as
 -- a plain integer. While the counter survives, tokens increase. When it was lost (a restart without
 -- persistence, a failover to a replica that missed the last write) the clock is the only floor, and it
 -- holds only if this server's clock is ahead of the last token issued. A clock found behind the
 -- counter is reported: it would not have protected a lost counter.
+-- @include _queue.lua
 if redis.replicate_commands then redis.replicate_commands() end
 local version = redis.REDIS_VERSION_NUM or 0
-local now = redis.call('TIME')
-local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
+local lock, queue, turn = KEYS[1], KEYS[3], KEYS[5]
 local owner = ARGV[1]
-local fair = ARGV[5] == '1'
+local fair, queued = ARGV[5] == '1', ARGV[6] == '1'
+local wake, turn_ms = ARGV[7], tonumber(ARGV[8])
+
+-- A busy reply: the caller's place in the queue and the queue's length; a queued caller that is not
+-- in the queue joins it at the end.
+local function busy(pttl, holder, turn_left)
+  if not queued then return {0, pttl, holder, version, turn_left, -1, 0} end
+  local rank = redis.call('ZRANK', queue, owner)
+  local length = redis.call('ZCARD', queue)
+  if not rank then
+    redis.call('ZADD', queue, redis.call('INCR', KEYS[4]), owner)
+    rank, length = length, length + 1
+  end
+  return {0, pttl, false, version, turn_left, rank, length}
+end
+
+if queued then
+  local pttl = redis.call('PTTL', lock)
+  if pttl ~= -2 then return busy(pttl, false, 0) end
+else
+  local holder = redis.call('GET', lock)
+  if holder then return busy(redis.call('PTTL', lock), holder, 0) end
+end
 
 if fair then
-  -- Take a ticket once, refresh our place, and drop waiters at the head whose place expired
-  -- (they died or gave up without leaving).
-  local queue, alive, tickets = KEYS[3], KEYS[4], KEYS[5]
-  local now_ms = math.floor(now_us / 1000)
-  local live = tonumber(ARGV[6])
-  if not redis.call('ZSCORE', queue, owner) then
-    redis.call('ZADD', queue, redis.call('INCR', tickets), owner)
-  end
-  redis.call('ZADD', alive, now_ms + live, owner)
-  redis.call('PEXPIRE', queue, live * 4)
-  redis.call('PEXPIRE', alive, live * 4)
-  redis.call('PEXPIRE', tickets, live * 4)
+  -- The lock is free. It goes to the first waiter; one whose turn ran out loses its place, and one not
+  -- woken yet (the holder's lease ran out) is woken now.
   while true do
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
     if head == nil or head == owner then break end
-    local expires = tonumber(redis.call('ZSCORE', alive, head) or '0')
-    if expires >= now_ms then
-      local holder = redis.call('GET', KEYS[1])
-      if holder then return {0, redis.call('PTTL', KEYS[1]), holder, version, 0} end
-      return {0, -2, false, version, expires - now_ms + 1}
+    if redis.call('GET', turn) == head then
+      local left = redis.call('PTTL', turn) - turn_ms
+      if left > 0 then return busy(-2, false, left) end
+      redis.call('ZREM', queue, head)
+    else
+      local woken = wake_first(queue, turn, wake, turn_ms)
+      if woken ~= nil and woken ~= owner then return busy(-2, false, turn_ms) end
+      break
     end
-    redis.call('ZREM', queue, head)
-    redis.call('ZREM', alive, head)
   end
 end
 
-local holder = redis.call('GET', KEYS[1])
-if holder then
-  return {0, redis.call('PTTL', KEYS[1]), holder, version, 0}
-end
 local last = redis.call('GET', KEYS[2])
 local counter = 0
 if last then
@@ -56,6 +68,8 @@ if last then
     return redis.error_reply('FENCERUN token key ' .. KEYS[2] .. ' does not hold a number')
   end
 end
+local now = redis.call('TIME')
+local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
 local token = now_us
 if counter + 1 > token then token = counter + 1 end
 local behind_us = 0
@@ -66,9 +80,9 @@ end
 local text = string.format('%.0f', token)
 redis.call('SET', KEYS[2], text)
 local value = owner .. ' ' .. text .. ' ' .. ARGV[3] .. ' ' .. ARGV[4]
-redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
-if fair then
-  redis.call('ZREM', KEYS[3], owner)
-  redis.call('ZREM', KEYS[4], owner)
+redis.call('SET', lock, value, 'PX', ARGV[2])
+if queued then
+  redis.call('ZREM', queue, owner)
+  tell_first(queue, wake, ARGV[2])
 end
 return {1, text, value, version, behind_us}
