@@ -273,6 +273,17 @@ def loadavg():
         return [float(x) for x in f.read().split()[:3]]
 
 
+def settle(limit):
+    """Waits (up to `limit` seconds) until the 1-minute load average is below the number of CPUs, so a
+    cell does not start in the wake of the one before it (a thousand processes exiting). Returns the
+    seconds waited."""
+    began = time.monotonic()
+    cpus = os.cpu_count() or 1
+    while loadavg()[0] >= cpus and time.monotonic() - began < limit:
+        time.sleep(2)
+    return round(time.monotonic() - began, 1)
+
+
 def mem_available_mib():
     with open("/proc/meminfo") as f:
         for line in f:
@@ -643,9 +654,9 @@ def cmd_sweep(a):
         total_mib = int(f.readline().split()[1]) // 1024
     headroom = max(2048, total_mib // 10)
     seq = 0
+    cells = [(tool, int(W)) for tool in a.tools.split(",") for W in a.waiters.split(",")]
     try:
-        for W in [int(x) for x in a.waiters.split(",")]:
-            for tool in a.tools.split(","):
+        for tool, W in cells:
                 seq += 1
                 path = os.path.join(a.results, f"cell-{tool}-{W}.json")
                 per = mem_seen.get(tool, RSS_GUESS_MIB[tool])
@@ -662,8 +673,10 @@ def cmd_sweep(a):
                     r = {"tool": tool, "waiters": W, "status": "skipped", "problems": why,
                          "load_start": loadavg(), "load_end": loadavg()}
                 else:
+                    settled = settle(a.settle)
                     say(f"{TOOL_LABELS[tool]:16} W={W:<5} ...")
                     r = run_cell(a, tool, W, seq)
+                    r["settle_seconds"] = settled
                     if W >= 16 and r.get("mem_per_waiter_mib"):
                         # at least 1 MiB, and never below what a larger cell measured
                         mem_seen[tool] = max(1.0, r["mem_per_waiter_mib"], mem_seen.get(tool, 0))
@@ -757,7 +770,9 @@ def section(cells, meta, plot_name):
         w(f"**Smoke run ({meta['smoke']}): not the figures of the full sweep.**")
         w("")
     w(f"**A figure taken while the load average was above the number of CPUs ({nproc}) is not a figure:**")
-    w("such cells are marked ⚠ with their load (1-minute average at the cell's start → end).")
+    w("such cells are marked ⚠. The load column is the 1-minute average at the cell's start → end; before each")
+    w("cell the sweep waits (up to 300 s) for it to fall below the CPUs, and the end figure includes the")
+    w("cell's own W processes (starting W waiters is itself load: each is a process).")
     w("")
     w("| tool | W | status | commands / hand-over | requests / hand-over | hand-over median / p99 | overlaps | server CPU / hand-over | conns / waiter | RSS / waiter | load |")
     w("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -787,7 +802,7 @@ def section(cells, meta, plot_name):
         if c.get("mem_per_waiter_mib") is not None and c["waiters"] >= 16:
             rss += f" ({c['mem_per_waiter_mib']:.1f})"
         l0, l1 = (c.get("load_start") or [0])[0], (c.get("load_end") or [0])[0]
-        load = f"{l0:.1f} → {l1:.1f}" + (" ⚠" if max(l0, l1) > nproc and status != "skipped" else "")
+        load = f"{l0:.1f} → {l1:.1f}" + (" ⚠" if l0 > nproc and status != "skipped" else "")
         ov = str(c.get("overlaps", "n/a"))
         w(f"| {TOOL_LABELS.get(t, t)} | {c['waiters']} | {status} | {cmds} | {reqs} | {lat} | {ov} | {cpu} | {conns} | {rss} | {load} |")
     w("")
@@ -923,11 +938,13 @@ def main():
     p.add_argument("--key-prefix", default="fencerun:")
     p.add_argument("--work", default="/tmp")
     p.add_argument("--pidfile", help="append the pid of every process started here to this file")
-    p.add_argument("--tools", default="fencerun,fencerun-fair,etcd,flock")
+    p.add_argument("--tools", default="fencerun,fencerun-fair,flock,etcd")
     p.add_argument("--waiters", default="1,16,100,500,1000")
     p.add_argument("--wait", default="120s", help="each waiter's --wait")
     p.add_argument("--settle-seconds", type=float, default=30, help="time for all waiters to be waiting: this ...")
     p.add_argument("--settle-per-waiter", type=float, default=0.2, help="... plus this per waiter")
+    p.add_argument("--settle", type=float, default=300,
+                   help="before a cell, wait up to this many seconds for the load average to fall below the CPUs")
     p.add_argument("--min-free-mib", type=int, default=1024,
                    help="stop a cell whose waiters bring MemAvailable under this")
     p.add_argument("--results")

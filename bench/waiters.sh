@@ -9,7 +9,8 @@
 # Environment:
 #   FENCERUN=path          binary to measure (default: build/src/fencerun in this checkout)
 #   WAITERS="1 16 100 500 1000"   numbers of waiters
-#   TOOLS="fencerun fencerun-fair etcd flock"
+#   TOOLS="fencerun fencerun-fair flock etcd"   (each tool at every W, in this order; before each cell the
+#                          sweep waits, up to 300 s, for the load average to fall below the CPUs)
 #   WAIT=120s              each waiter's --wait (flock: -w)
 #   RESULTS=dir            where the JSON goes (default: a new /tmp/fencerun-waiters-DATE directory)
 #   BENCH_DOC, BENCH_PLOT  where to write the section and the plot (default: docs/benchmarks.md, docs/waiters.png)
@@ -19,8 +20,7 @@
 # stopped. Takes about 5 to 10 minutes on 2 CPUs (most of it starting and handing over the 500 and
 # 1000 waiters of each tool); longer if the machine is busy. etcdctl lock has no wait limit of its own:
 # every cell ends at the latest WAIT + 30 s after go, its leftovers killed and the cell marked timeout.
-# bench/handover.sh writes docs/benchmarks.md whole: after it, `bench/waiters.py report --results DIR
-# --doc docs/benchmarks.md --plot docs/waiters.png` puts this section back (at the end when its markers are gone).
+# bench/handover.sh rewrites docs/benchmarks.md but keeps this section as it is.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -29,7 +29,7 @@ fencerun="$(realpath -m "${FENCERUN:-$repo/build/src/fencerun}")"
 doc="${BENCH_DOC:-$repo/docs/benchmarks.md}"
 plot="${BENCH_PLOT:-$repo/docs/waiters.png}"
 waiters="${WAITERS:-1 16 100 500 1000}"
-tools="${TOOLS:-fencerun fencerun-fair etcd flock}"
+tools="${TOOLS:-fencerun fencerun-fair flock etcd}"
 wait_for="${WAIT:-120s}"
 results="${RESULTS:-${TMPDIR:-/tmp}/fencerun-waiters-$(date -u +%Y%m%dT%H%M%S)}"
 maxclients=20000
