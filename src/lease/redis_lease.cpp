@@ -219,7 +219,7 @@ class RedisLease final : public Lease {
   }
   // A second connection subscribed to this waiter's own wake channel, or nothing (then the wait polls).
   std::optional<redis::Client> subscribe() {
-    std::optional<redis::Client> subscriber(std::in_place, m_target.endpoint);
+    std::optional<redis::Client> subscriber(std::in_place, m_client.subscriber_endpoint());
     const auto channel = m_lease.keys().wake_channel(m_request.owner);
     if (auto ok = subscriber->subscribe(channel, BootClock::now() + m_request.request_timeout); !ok) {
       log::event(log::Level::debug, "subscribe_failed",

@@ -170,6 +170,11 @@ void Client::disconnect() {
 
 std::string Client::current_node() const { return m_conn ? m_conn->where : std::string(); }
 
+RedisEndpoint Client::subscriber_endpoint() const {
+  if (m_endpoint.transport == RedisEndpoint::Transport::sentinel || !m_node) return m_endpoint;
+  return *m_node;
+}
+
 Result<std::unique_ptr<Client::Connection>> Client::open_node(const RedisEndpoint& node, bool check_master,
                                                               Deadline deadline, bool sentinel) {
   auto transport = open_transport(node, deadline);

@@ -55,6 +55,10 @@ class Client {
   const RedisEndpoint& endpoint() const { return m_endpoint; }
   // The node currently talked to (after sentinel discovery or a cluster redirection), as host:port.
   std::string current_node() const;
+  // Where a subscriber that must hear what this client's scripts publish should connect: the node a
+  // Cluster redirection sent this client to (a script's PUBLISH counts only that node's subscribers),
+  // else the endpoint itself (a Sentinel endpoint keeps following the master).
+  RedisEndpoint subscriber_endpoint() const;
 
   struct Connection;
 

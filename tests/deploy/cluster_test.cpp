@@ -99,6 +99,34 @@ TEST_F(ClusterTest, RunThroughNodeThatDoesNotOwnTheSlot) {
 // for keys it no longer has, and the target serves them only to a client that sent ASKING first.
 // A lease held across the migration must keep being renewed (through ASK), `status` must work, and a
 // second acquirer must see the lock as busy.
+// --fair waiters through a node that does not own the slot: each subscribes where the queue lives
+// (a script's PUBLISH counts that node's subscribers only), so a release wakes the first of them and
+// none is taken for gone: they acquire in the order they began waiting.
+TEST_F(ClusterTest, FairWaitersThroughAnotherNodeKeepTheirOrder) {
+  const size_t entry = other(1), third = other(2);
+  RedisServer& owner = cluster_->node(owner_);
+  auto holder = start(sh_args(url(entry), "job", kTokenUntilGo, {"-t", "10s", "--fair"}));
+  wait_pid("pid");
+  const std::string queue = "fencerun:{job}:queue";
+  std::vector<std::unique_ptr<FencerunProcess>> waiters;
+  for (int i = 0; i < 5; ++i) {
+    waiters.push_back(start(sh_args(url(i % 2 ? entry : third), "job", "echo " + std::to_string(i) + " >> order",
+                                    {"-t", "10s", "-w", "60s", "--fair"})));
+    ASSERT_TRUE(wait_until([&] { return owner.cmd({"ZCARD", queue}).integer == i + 1; }, 10s))
+        << "waiter " << i << " never queued: " << waiters.back()->result();
+  }
+  touch("go");
+  ASSERT_TRUE(holder->wait_for_exit(20s)) << holder->result();
+  for (auto& w : waiters) {
+    ASSERT_TRUE(w->wait_for_exit(30s)) << w->result();
+    EXPECT_EQ(*w->exit_code(), 0) << w->result();
+  }
+  EXPECT_EQ(split_lines(read_file(file("order")).value_or("")),
+            (std::vector<std::string>{"0", "1", "2", "3", "4"}));
+  EXPECT_EQ(owner.cmd({"ZCARD", queue}).integer, 0);
+  EXPECT_FALSE(owner.exists(lock_key("job")));
+}
+
 TEST_F(ClusterTest, AskDuringSlotMigration) {
   const size_t source = owner_, target = other(1), entry = other(2);
   const long long t1 = run_token(entry);
