@@ -715,6 +715,37 @@ def load_cells(results):
     return cells
 
 
+def scaling_summary(cells):
+    """One sentence per tool: commands per hand-over at the largest W against the smallest W > 1, and
+    the median hand-over at the largest W (and at 500) against W = 1."""
+    out = []
+    tools = []
+    for c in cells:
+        if c["tool"] not in tools:
+            tools.append(c["tool"])
+    for t in tools:
+        ok = sorted((c for c in cells if c["tool"] == t and c.get("status") == "ok"), key=lambda c: c["waiters"])
+        if len(ok) < 2:
+            continue
+        parts = []
+        key = "commands_per_handover" if t.startswith("fencerun") else "grpc_per_handover" if t == "etcd" else None
+        many = [c for c in ok if c["waiters"] > 1 and c.get(key) is not None] if key else []
+        if len(many) >= 2:
+            lo, hi = many[0], many[-1]
+            unit = "commands" if key == "commands_per_handover" else "gRPC calls"
+            parts.append(f"{hi[key]:.1f} {unit} per hand-over at W = {hi['waiters']}, "
+                         f"{hi[key] / lo[key]:.2f}x the {lo[key]:.1f} at W = {lo['waiters']}")
+        one = next((c for c in ok if c["waiters"] == 1 and c.get("median_ms")), None)
+        if one:
+            for c in ok:
+                if c["waiters"] in (500, ok[-1]["waiters"]) and c["waiters"] > 1 and c.get("median_ms"):
+                    parts.append(f"median hand-over at W = {c['waiters']} {c['median_ms'] / one['median_ms']:.2f}x "
+                                 f"that at W = 1 ({c['median_ms']:.1f} vs {one['median_ms']:.1f} ms)")
+        if parts:
+            out.append(f"{TOOL_LABELS.get(t, t)}: " + "; ".join(parts) + ".")
+    return out
+
+
 def section(cells, meta, plot_name):
     nproc = int(meta.get("nproc", os.cpu_count() or 1))
     L = []
@@ -806,6 +837,14 @@ def section(cells, meta, plot_name):
         ov = str(c.get("overlaps", "n/a"))
         w(f"| {TOOL_LABELS.get(t, t)} | {c['waiters']} | {status} | {cmds} | {reqs} | {lat} | {ov} | {cpu} | {conns} | {rss} | {load} |")
     w("")
+    summary = scaling_summary(cells)
+    if summary:
+        w("How each tool scales, from the cells above that completed (smallest W with more than one")
+        w("hand-over against the largest; latency against W = 1):")
+        w("")
+        for line in summary:
+            w(f"- {line}")
+        w("")
     w(f"![commands per hand-over and median hand-over latency by number of waiters]({plot_name})")
     w("")
     w("Raw results (one JSON file per cell, with the commands seen by MONITOR by name and etcd's gRPC")

@@ -1,5 +1,6 @@
 // ACL users: the rule printed by `fencerun acl` is enough for run, --wait and status; a user without
 // it gets a clear refusal; the password never shows up in fencerun's output.
+#include <algorithm>
 #include <thread>
 
 #include "deploy_support.hpp"
@@ -76,9 +77,12 @@ TEST_F(AclTest, RuleFromFencerunAclIsEnoughForRunWaitAndStatus) {
   EXPECT_EQ(held.exit_code, 0) << held;
   EXPECT_NE(held.out.find(std::to_string(t2)), std::string::npos) << held;
 
-  auto waiter = start(sh_args(url(), "job", "echo \"$FENCERUN_TOKEN\" > token2", {"-w", "30s", "-vv"}));
-  // The waiter must really be waiting (not failing) before the holder lets go.
-  std::this_thread::sleep_for(500ms);
+  auto waiter =
+      start(sh_args(url(), "job", "echo \"$FENCERUN_TOKEN\" > token2", {"-w", "30s", "--fair", "-vv"}));
+  // The waiter must really be waiting (not failing) before the holder lets go: subscribed to its own
+  // channel and in the queue, which the rule allows (a waiter that may not subscribe would poll).
+  const bool queued = wait_until([&] { return redis_.cmd({"ZCARD", "fencerun:{job}:queue"}).integer == 1; }, 10s);
+  ASSERT_TRUE(queued) << "the waiter never took a place in the queue\n" << waiter->result();
   ASSERT_TRUE(waiter->running()) << "waiter ended while the lock was held\n" << waiter->result();
   EXPECT_FALSE(std::filesystem::exists(file("token2")));
   touch("go");
@@ -87,9 +91,46 @@ TEST_F(AclTest, RuleFromFencerunAclIsEnoughForRunWaitAndStatus) {
   ASSERT_TRUE(waiter->wait_for_exit(20s)) << waiter->result();
   EXPECT_EQ(*waiter->exit_code(), 0) << waiter->result();
   expect_no_password(waiter->result());
+  EXPECT_EQ(waiter->result().err.find("polling instead"), std::string::npos) << waiter->result();
   const long long t3 = read_token(file("token2"), 1s);
   EXPECT_GT(t3, t2);
   EXPECT_FALSE(redis_.exists(lock_key("job")));
+}
+
+// A user with the rule's keys and commands but no channel (an older rule, or a site's policy): a waiter
+// cannot subscribe, so it polls without a place in the queue, and still acquires after the release.
+// A release by this user works though it may not wake the waiter that listens; that one then looks
+// again when the lease it was told about runs out (2 s here).
+TEST_F(AclTest, UserWithoutChannelsWaitsByPolling) {
+  std::vector<std::string> setuser = {"ACL", "SETUSER", "nochan", "on", std::string(">") + kPassword};
+  for (const auto& w : rule_)
+    if (!w.starts_with("&")) setuser.push_back(w);
+  ASSERT_EQ(redis_.cmd(setuser).type, Reply::Type::Status);
+  auto holder = start(sh_args(url("nochan"), "job", kTokenUntilGo, {"-t", "2s"}));
+  wait_pid("pid");
+  // A waiter of the full rule listens and queues; one without channels polls, unqueued.
+  auto listening = start(sh_args(url(), "job", "echo listening >> order", {"-t", "2s", "-w", "30s", "--fair"}));
+  ASSERT_TRUE(wait_until([&] { return redis_.cmd({"ZCARD", "fencerun:{job}:queue"}).integer == 1; }, 10s))
+      << listening->result();
+  auto polling = start(sh_args(url("nochan"), "job", "echo polling >> order", {"-t", "2s", "-w", "30s", "-v"}));
+  ASSERT_TRUE(wait_until([&] { return polling->result().err.find("waiting") != std::string::npos; }, 10s))
+      << polling->result();
+  EXPECT_EQ(redis_.cmd({"ZCARD", "fencerun:{job}:queue"}).integer, 1) << "a waiter that cannot listen queued";
+  touch("go");
+  ASSERT_TRUE(holder->wait_for_exit(20s)) << holder->result();
+  EXPECT_EQ(*holder->exit_code(), 0) << holder->result();
+  EXPECT_EQ(holder->result().err.find("could not release"), std::string::npos)
+      << "the release (which would wake the listening waiter) failed\n" << holder->result();
+  for (auto* w : {listening.get(), polling.get()}) {
+    ASSERT_TRUE(w->wait_for_exit(30s)) << w->result();
+    EXPECT_EQ(*w->exit_code(), 0) << w->result();
+    expect_no_password(w->result());
+  }
+  auto order = split_lines(read_file(file("order")).value_or(""));
+  std::sort(order.begin(), order.end());
+  EXPECT_EQ(order, (std::vector<std::string>{"listening", "polling"}));
+  EXPECT_FALSE(redis_.exists(lock_key("job")));
+  EXPECT_EQ(redis_.cmd({"ZCARD", "fencerun:{job}:queue"}).integer, 0);
 }
 
 TEST_F(AclTest, UserWithoutPermissionsGetsNopermAndLeavesNoKey) {

@@ -3,7 +3,15 @@
 -- its own, `wake .. owner`, and joins the queue only after it subscribed, so a queued waiter that
 -- nobody listens for (PUBLISH reaches no one) is gone: its connection closed, it died. `turn` holds
 -- the owner woken to take a free lock, for 2 * turn_ms: its turn is the first half, and the second
--- half remembers that it had one (a fair waiter then skips it).
+-- half remembers that it had one (a fair waiter then skips it). A PUBLISH the caller may not make
+-- (an ACL user without channel permissions) must not fail a release, nor drop a waiter that may
+-- well listen: it is -1, and the waiters are left to their own timers.
+
+local function publish(channel, message)
+  local n = redis.pcall('PUBLISH', channel, message)
+  if type(n) == 'number' then return n end
+  return -1
+end
 
 -- Wakes the first waiter that listens ('go'), gives it the turn, and tells the one behind it when to
 -- step in if the first does not come ('backup MS'). Waiters found gone are dropped on the way.
@@ -13,9 +21,11 @@ local function wake_first(queue, turn, wake, turn_ms)
     local first = redis.call('ZRANGE', queue, 0, 1)
     local head = first[1]
     if not head then return nil end
-    if redis.call('PUBLISH', wake .. head, 'go') > 0 then
+    local reached = publish(wake .. head, 'go')
+    if reached < 0 then return nil end
+    if reached > 0 then
       redis.call('SET', turn, head, 'PX', 2 * turn_ms)
-      if first[2] then redis.call('PUBLISH', wake .. first[2], 'backup ' .. turn_ms) end
+      if first[2] then publish(wake .. first[2], 'backup ' .. turn_ms) end
       return head
     end
     redis.call('ZREM', queue, head)
@@ -28,7 +38,7 @@ local function tell_first(queue, wake, pttl)
   while true do
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
     if not head then return end
-    if redis.call('PUBLISH', wake .. head, 'head ' .. pttl) > 0 then return end
+    if publish(wake .. head, 'head ' .. pttl) ~= 0 then return end
     redis.call('ZREM', queue, head)
   end
 end
