@@ -326,7 +326,10 @@ def tool_argv(a, tool, name, lockfile, command, holder=False):
             argv.append("--fair")
         return argv + [name, "--"] + command
     if tool == "etcd":
-        return ["etcdctl", f"--endpoints={a.etcd_endpoint}", "lock", name, "--"] + command
+        # Timeouts and session TTL well above their defaults (2 s dial, 5 s command, 10 s session): with
+        # hundreds of Go processes starting on 2 CPUs, the defaults make waiters give up before go.
+        return ["etcdctl", f"--endpoints={a.etcd_endpoint}", "--dial-timeout=60s", "--command-timeout=120s",
+                "lock", "--ttl=120", name, "--"] + command
     if tool == "flock":
         argv = ["flock"]
         if not holder:
@@ -646,6 +649,30 @@ def run_cell(a, tool, W, seq):
     return r
 
 
+def run_repeated(a, tool, W, seq, n):
+    """A cell of one hand-over, run `n` times: the per-hand-over figures are the means of the runs, the
+    latency median and p99 those of the n hand-overs. The first run that fails is the result."""
+    runs = []
+    for k in range(n):
+        r = run_cell(a, tool, W, seq * 1000 + k)
+        if r.get("status") != "ok":
+            return r
+        runs.append(r)
+    merged = dict(runs[0])
+    for key, value in runs[0].items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in ("waiters",):
+            values = [x[key] for x in runs if isinstance(x.get(key), (int, float))]
+            merged[key] = round(sum(values) / len(values), 3)
+    singles = [x["median_ms"] for x in runs if x.get("median_ms") is not None]
+    if singles:
+        merged["median_ms"] = round(statistics.median(singles), 2)
+        merged["p99_ms"] = round(sorted(singles)[max(0, math.ceil(0.99 * len(singles)) - 1)], 2)
+    merged["repeats"] = n
+    merged["load_end"] = runs[-1].get("load_end")
+    merged["overlaps"] = sum(x.get("overlaps", 0) for x in runs)
+    return merged
+
+
 def cmd_sweep(a):
     signal.signal(signal.SIGTERM, on_signal)
     os.makedirs(a.results, exist_ok=True)
@@ -675,7 +702,10 @@ def cmd_sweep(a):
                 else:
                     settled = settle(a.settle)
                     say(f"{TOOL_LABELS[tool]:16} W={W:<5} ...")
-                    r = run_cell(a, tool, W, seq)
+                    if W == 1:
+                        r = run_repeated(a, tool, W, seq, a.single_repeats)
+                    else:
+                        r = run_cell(a, tool, W, seq)
                     r["settle_seconds"] = settled
                     if W >= 16 and r.get("mem_per_waiter_mib"):
                         # at least 1 MiB, and never below what a larger cell measured
@@ -760,8 +790,9 @@ def section(cells, meta, plot_name):
     w("under `NAME/`; flock: W blocked entries in /proc/locks); then go; once all W have exited the")
     w("counters are read again. The window thus holds W hand-overs and each waiter's arrival (its first")
     w("busy try, its subscription, its place in a queue) as well as its turn and its release (W acquires,")
-    w("W+1 releases: the holder's too); every figure is that window's total divided by W. At W = 1 a cell")
-    w("holds a single hand-over: its figures are one sample.")
+    w("W+1 releases: the holder's too); every figure is that window's total divided by W. A cell of W = 1")
+    w("holds a single hand-over, so it is run 15 times: its figures are the means of those runs, and its")
+    w("latency median and p99 those of the 15 hand-overs.")
     w("")
     w("- **commands**: Redis `INFO stats` total_commands_processed, which counts the commands that")
     w("  scripts run inside the server too; the benchmark's own commands (INFO, PUBSUB, ECHO) are left out.")
@@ -982,6 +1013,8 @@ def main():
     p.add_argument("--wait", default="120s", help="each waiter's --wait")
     p.add_argument("--settle-seconds", type=float, default=30, help="time for all waiters to be waiting: this ...")
     p.add_argument("--settle-per-waiter", type=float, default=0.2, help="... plus this per waiter")
+    p.add_argument("--single-repeats", type=int, default=15,
+                   help="a cell of W = 1 (one hand-over) is run this many times")
     p.add_argument("--settle", type=float, default=300,
                    help="before a cell, wait up to this many seconds for the load average to fall below the CPUs")
     p.add_argument("--min-free-mib", type=int, default=1024,
