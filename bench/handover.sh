@@ -31,8 +31,7 @@ die() { say "$*"; exit 1; }
 [[ -x "$fencerun" ]] || die "no fencerun binary at $fencerun (build first, or set FENCERUN)"
 
 # --- what it needs --------------------------------------------------------------------------------
-missing=()
-need() { command -v "$1" >/dev/null 2>&1 || missing+=("$2"); }
+source "$bench/lib.sh"
 need redis-server redis-server
 need redis-cli redis-tools
 need etcd etcd-server
@@ -42,14 +41,7 @@ need gnuplot gnuplot-nox
 need flock util-linux
 need python3 python3
 [[ -x /usr/bin/time ]] || missing+=(time)
-if ((${#missing[@]})); then
-  say "installing ${missing[*]}"
-  sudo=""
-  ((EUID == 0)) || sudo="sudo"
-  $sudo apt-get install -y "${missing[@]}" >/dev/null ||
-    { $sudo apt-get update >/dev/null && $sudo apt-get install -y "${missing[@]}" >/dev/null; } ||
-    die "could not install ${missing[*]}"
-fi
+install_missing
 export ETCDCTL_API=3
 unset FENCERUN_REDIS_URL REDIS_URL REDISCLI_AUTH FENCERUN_REDIS_PASSWORD
 
@@ -73,18 +65,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Free loopback ports below 32768 (out of the usual ephemeral range), all different.
-port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-taken=" "
-free_port() {
-  local p
-  for _ in $(seq 200); do
-    p=$((20000 + RANDOM % 12000))
-    [[ "$taken" == *" $p "* ]] && continue
-    port_in_use "$p" || port_in_use "$((p + 1))" || { taken+="$p "; echo "$p"; return; }
-  done
-  die "found no free port"
-}
 redis_port="$(free_port)"; taken+="$redis_port "
 etcd_port="$(free_port)"; taken+="$etcd_port "
 peer_port="$(free_port)"; taken+="$peer_port "

@@ -23,6 +23,9 @@ import statistics
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from handover import env_for_tools  # noqa: E402  (the same environment as bench/handover.sh's runs)
 import urllib.request
 
 TOOL_LABELS = {
@@ -44,14 +47,6 @@ CHILDREN = []  # every process started, for the clean-up
 
 def say(*args):
     print("waiters.py:", *args, file=sys.stderr, flush=True)
-
-
-def env_for_tools():
-    env = dict(os.environ)
-    env["ETCDCTL_API"] = "3"
-    for k in ("FENCERUN_REDIS_URL", "REDIS_URL", "REDISCLI_AUTH", "FENCERUN_REDIS_PASSWORD"):
-        env.pop(k, None)
-    return env
 
 
 def spawn(argv, pidfile, **kw):

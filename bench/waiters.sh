@@ -46,8 +46,7 @@ done
 for w in $waiters; do [[ "$w" =~ ^[1-9][0-9]*$ ]] || die "bad number of waiters '$w' in WAITERS"; done
 
 # --- what it needs --------------------------------------------------------------------------------
-missing=()
-need() { command -v "$1" >/dev/null 2>&1 || missing+=("$2"); }
+source "$bench/lib.sh"
 need redis-server redis-server
 need redis-cli redis-tools
 need etcd etcd-server
@@ -55,14 +54,7 @@ need etcdctl etcd-client
 need gnuplot gnuplot-nox
 need flock util-linux
 need python3 python3
-if ((${#missing[@]})); then
-  say "installing ${missing[*]}"
-  sudo=""
-  ((EUID == 0)) || sudo="sudo"
-  $sudo apt-get install -y "${missing[@]}" >/dev/null ||
-    { $sudo apt-get update >/dev/null && $sudo apt-get install -y "${missing[@]}" >/dev/null; } ||
-    die "could not install ${missing[*]}"
-fi
+install_missing
 export ETCDCTL_API=3
 unset FENCERUN_REDIS_URL REDIS_URL REDISCLI_AUTH FENCERUN_REDIS_PASSWORD
 
@@ -102,18 +94,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Free loopback ports below 32768 (out of the usual ephemeral range), all different.
-port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-taken=" "
-free_port() {
-  local p
-  for _ in $(seq 200); do
-    p=$((20000 + RANDOM % 12000))
-    [[ "$taken" == *" $p "* ]] && continue
-    port_in_use "$p" || port_in_use "$((p + 1))" || { taken+="$p "; echo "$p"; return; }
-  done
-  die "found no free port"
-}
 redis_port="$(free_port)"; taken+="$redis_port "
 etcd_port="$(free_port)"; taken+="$etcd_port "
 peer_port="$(free_port)"; taken+="$peer_port "
