@@ -42,7 +42,15 @@ else
   if holder then return busy(redis.call('PTTL', lock), holder, 0) end
 end
 
-if fair then
+if queued and not fair then
+  -- The lock is free and anyone may take it, but a first waiter whose turn ran out (it was woken and
+  -- did not come: stopped, or gone without closing its connection) loses its place, or every release
+  -- would wake it first again.
+  local head = redis.call('ZRANGE', queue, 0, 0)[1]
+  if head and head ~= owner and redis.call('GET', turn) == head and redis.call('PTTL', turn) <= turn_ms then
+    redis.call('ZREM', queue, head)
+  end
+elseif fair then
   -- The lock is free. It goes to the first waiter; one whose turn ran out loses its place, and one not
   -- woken yet (the holder's lease ran out) is woken now.
   while true do
