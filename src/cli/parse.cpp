@@ -64,6 +64,9 @@ struct Parser {
   Parser() {
     app.set_help_flag();  // before the subcommands: they inherit it
     app.allow_extras(false);
+    // An option given twice takes the last value, as getopt-based tools do (a wrapper's defaults can
+    // be overridden by the options after them). Inherited by the subcommands.
+    app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     add_run_options(app, o);
     app.add_flag("-h,--help", help);
     app.add_flag("--version", version);

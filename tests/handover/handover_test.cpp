@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "handover_fixture.hpp"
+#include "support/tcp_proxy.hpp"
 
 namespace fencerun::test::handover {
 namespace {
@@ -50,6 +51,34 @@ TEST_F(HandoverTest, ReleaseWakesWaitingWaiterAtOnce) {
   std::cout << "hand-over after release, ms (sorted): ";
   for (auto h : handovers) std::cout << h << " ";
   std::cout << "\n";
+}
+
+// A release that comes after a waiter's first (busy) try but before its subscription is in place wakes
+// nobody: the waiter is not in the queue yet. It must still see it, by trying once more after it
+// subscribed; otherwise it would sleep until its safety-net look (30 s and more) and its 10 s wait
+// would run out. The waiter talks through a proxy that holds every reply back 800 ms, so the release
+// (sent directly, as soon as the waiter's first try has run on the server) lands in that window.
+TEST_F(HandoverTest, AReleaseBeforeTheSubscriptionIsNotMissed) {
+  const std::string name = "late";
+  auto holder = start_holder(name, "go", "released");
+  TcpProxy proxy(redis().port());
+  proxy.set_mode(TcpProxy::Mode::delay_replies, 800ms);
+  auto evalsha_calls = [&] {
+    for (const auto& l : split_lines(cmd({"INFO", "commandstats"}).str))
+      if (l.starts_with("cmdstat_evalsha:calls="))
+        return parse_ll(l.substr(22, l.find(',') - 22)).value_or(-1);
+    return 0LL;
+  };
+  const long long before = evalsha_calls();
+  auto waiter = start(name, "date +%s%N > acquired",
+                      {"-r", "redis://127.0.0.1:" + std::to_string(proxy.port()), "--wait", "10s"});
+  ASSERT_TRUE(wait_until([&] { return evalsha_calls() > before; }, 10s)) << waiter->result();
+  EXPECT_EQ(proxy.connections(), 1) << "the waiter subscribed before its first try's reply came back";
+  touch("go");
+  ASSERT_EQ(holder->wait_for_exit(10s), 0) << holder->result();
+  EXPECT_EQ(proxy.connections(), 1) << "the release came after the waiter subscribed: the window was missed";
+  EXPECT_EQ(waiter->wait_for_exit(20s), 0) << waiter->result();
+  EXPECT_EQ(proxy.connections(), 2) << "the waiter never subscribed";
 }
 
 // A waiter sleeps in the kernel while it waits: over 2 s of waiting it uses a handful of clock

@@ -481,3 +481,13 @@ TEST(cli_fence, redis_checks_the_tls_files_like_run) {
     EXPECT_EQ(std::string(e.what()), run_error + " (see fencerun fence --help)");
   }
 }
+
+TEST(cli, an_option_given_twice_takes_the_last_value) {
+  Options o = parse({"-r", "redis://a:1", "-t", "10s", "-w", "1s", "--redis", "redis://b:2", "--ttl", "20s",
+                     "-w", "2s", "job", "--", "true"});
+  EXPECT_EQ(o.redis_url, "redis://b:2");
+  EXPECT_EQ(o.ttl, "20s");
+  EXPECT_EQ(o.wait, "2s");
+  Options s = parse({"status", "-r", "redis://a:1", "-r", "redis://b:2", "job"});
+  EXPECT_EQ(s.redis_url, "redis://b:2");
+}
