@@ -635,15 +635,16 @@ def cmd_report(a):
     w("The script's waiting figure is its `sh` alone; it starts a `redis-cli` every 100 ms as well.")
     w("")
 
-    # The many-waiters section (bench/waiters.sh) is kept as it is.
+    # The sections other scripts write between their markers (bench/waiters.sh) are kept as they are:
+    # each starts with its begin marker (its heading comes after it).
     kept = ""
     try:
         with open(a.doc) as f:
             old = f.read()
-        begin, end = old.find("<!-- waiters:begin -->"), old.find("<!-- waiters:end -->")
-        if begin >= 0 and end > begin:
-            start = old.rfind("\n## ", 0, begin)
-            kept = old[start + 1 if start >= 0 else begin:end + len("<!-- waiters:end -->")] + "\n"
+        for tag in ("waiters",):
+            begin, end = old.find(f"<!-- {tag}:begin -->"), old.find(f"<!-- {tag}:end -->")
+            if begin >= 0 and end > begin:
+                kept += old[begin:end + len(f"<!-- {tag}:end -->")] + "\n"
     except FileNotFoundError:
         pass
     with open(a.doc, "w") as f:
