@@ -80,25 +80,7 @@ done
 redis_pid="$(cat "$work/redis.pid" 2>/dev/null || true)"
 [[ -n "$redis_pid" ]] || die "redis-server did not start: $(tail -3 "$work/redis.log" 2>/dev/null)"
 
-# etcd keeps its data on tmpfs when there is one, so its fsyncs are cheap (Redis runs without persistence).
-if [[ -d /dev/shm && -w /dev/shm ]]; then
-  etcd_data="$(mktemp -d /dev/shm/fencerun-handover-etcd.XXXXXX)"
-  etcd_data_note="tmpfs (fsync costs little there, as Redis here writes nothing to disk)"
-else
-  etcd_data="$work/etcd"
-  etcd_data_note="disk (no writable /dev/shm: etcd pays for fsync, Redis here does not)"
-fi
-etcd --name bench --data-dir "$etcd_data/d" \
-  --listen-client-urls "$endpoint" --advertise-client-urls "$endpoint" \
-  --listen-peer-urls "http://127.0.0.1:$peer_port" --initial-advertise-peer-urls "http://127.0.0.1:$peer_port" \
-  --initial-cluster "bench=http://127.0.0.1:$peer_port" >"$work/etcd.log" 2>&1 &
-etcd_pid=$!
-for _ in $(seq 100); do
-  etcdctl --endpoints="$endpoint" --command-timeout=1s endpoint health >/dev/null 2>&1 && break
-  kill -0 "$etcd_pid" 2>/dev/null || die "etcd exited: $(tail -3 "$work/etcd.log")"
-  sleep 0.1
-done
-etcdctl --endpoints="$endpoint" endpoint health >/dev/null 2>&1 || die "etcd did not become healthy"
+start_etcd handover
 say "redis-server on $redis_port (pid $redis_pid), etcd on $etcd_port (pid $etcd_pid), work dir $work"
 
 cli() { redis-cli -p "$redis_port" "$@"; }

@@ -25,7 +25,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from handover import env_for_tools  # noqa: E402  (the same environment as bench/handover.sh's runs)
+from handover import env_for_tools, read_stamps  # noqa: E402  (shared with bench/handover.sh's runs)
 import urllib.request
 
 TOOL_LABELS = {
@@ -285,14 +285,6 @@ def mem_available_mib():
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1]) // 1024
     return 0
-
-
-def read_stamps(path):
-    try:
-        with open(path) as f:
-            return sorted(int(x) for x in f.read().split())
-    except FileNotFoundError:
-        return []
 
 
 def percentile(values, p):

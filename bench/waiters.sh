@@ -118,25 +118,7 @@ if [[ " $tools " == *" fencerun"* ]]; then
 fi
 
 if [[ " $tools " == *" etcd "* ]]; then
-  # etcd keeps its data on tmpfs when there is one, so its fsyncs are cheap (Redis here writes nothing to disk).
-  if [[ -d /dev/shm && -w /dev/shm ]]; then
-    etcd_data="$(mktemp -d /dev/shm/fencerun-waiters-etcd.XXXXXX)"
-    etcd_data_note="tmpfs"
-  else
-    etcd_data="$work/etcd"
-    etcd_data_note="disk (no writable /dev/shm)"
-  fi
-  etcd --name bench --data-dir "$etcd_data/d" \
-    --listen-client-urls "$endpoint" --advertise-client-urls "$endpoint" \
-    --listen-peer-urls "http://127.0.0.1:$peer_port" --initial-advertise-peer-urls "http://127.0.0.1:$peer_port" \
-    --initial-cluster "bench=http://127.0.0.1:$peer_port" >"$work/etcd.log" 2>&1 &
-  etcd_pid=$!
-  for _ in $(seq 100); do
-    etcdctl --endpoints="$endpoint" --command-timeout=1s endpoint health >/dev/null 2>&1 && break
-    kill -0 "$etcd_pid" 2>/dev/null || die "etcd exited: $(tail -3 "$work/etcd.log")"
-    sleep 0.1
-  done
-  etcdctl --endpoints="$endpoint" endpoint health >/dev/null 2>&1 || die "etcd did not become healthy"
+  start_etcd waiters
   etcdctl --endpoints="$endpoint" lock bench-check -- true || die "etcdctl lock -- true failed"
   say "etcd on $etcd_port (pid $etcd_pid), data on $etcd_data_note"
 fi
