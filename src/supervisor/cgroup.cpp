@@ -8,8 +8,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string_view>
 #include <utility>
 
@@ -18,37 +16,76 @@
 namespace fencerun::supervisor {
 namespace {
 
+// The whole of a small file (a /proc file has no size to ask for: read until the end).
 std::string slurp(const char* path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+  std::string out;
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return out;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+// Calls `f` with each line of `text` (without its newline) until it returns true.
+template <class F>
+void for_each_line(std::string_view text, F f) {
+  while (!text.empty()) {
+    auto nl = text.find('\n');
+    if (f(text.substr(0, nl))) return;
+    if (nl == std::string_view::npos) return;
+    text.remove_prefix(nl + 1);
+  }
+}
+
+// The `index`th space-separated field of `line` ("" when it has fewer).
+std::string_view field(std::string_view line, int index) {
+  for (int i = 0;; ++i) {
+    auto start = line.find_first_not_of(' ');
+    if (start == std::string_view::npos) return {};
+    line.remove_prefix(start);
+    auto end = line.find(' ');
+    if (i == index) return line.substr(0, end);
+    if (end == std::string_view::npos) return {};
+    line.remove_prefix(end);
+  }
 }
 
 // Mount point of the cgroup v2 hierarchy ("" when there is none), from /proc/self/mountinfo.
 std::string cgroup2_mount() {
-  std::istringstream lines(slurp("/proc/self/mountinfo"));
-  for (std::string line; std::getline(lines, line);) {
+  const std::string text = slurp("/proc/self/mountinfo");
+  std::string mount;
+  for_each_line(text, [&](std::string_view line) {
     auto sep = line.find(" - ");
-    if (sep == std::string::npos) continue;
-    if (line.compare(sep + 3, 8, "cgroup2 ") != 0) continue;
+    if (sep == std::string_view::npos) return false;
+    if (line.substr(sep + 3, 8) != "cgroup2 ") return false;
     // Fields: id parent major:minor root mount-point ...
-    std::istringstream fields(line.substr(0, sep));
-    std::string id, parent, dev, root, mount;
-    fields >> id >> parent >> dev >> root >> mount;
-    if (root != "/") continue;  // a bind mount of a sub-tree: paths would not line up
-    return mount;
-  }
-  return {};
+    std::string_view fields = line.substr(0, sep);
+    if (field(fields, 3) != "/") return false;  // a bind mount of a sub-tree: paths would not line up
+    mount = std::string(field(fields, 4));
+    return true;
+  });
+  return mount;
 }
 
-// fencerun's own cgroup v2 path ("0::/PATH" in /proc/self/cgroup).
-std::optional<std::string> own_cgroup() {
-  std::istringstream lines(slurp("/proc/self/cgroup"));
-  for (std::string line; std::getline(lines, line);)
-    if (line.starts_with("0::")) return line.substr(3);
-  return std::nullopt;
+// The cgroup v2 path ("0::/PATH") in the text of a /proc/PID/cgroup file.
+std::optional<std::string> v2_path(std::string_view text) {
+  std::optional<std::string> path;
+  for_each_line(text, [&](std::string_view line) {
+    if (!line.starts_with("0::")) return false;
+    path = std::string(line.substr(3));
+    return true;
+  });
+  return path;
 }
+
+// fencerun's own cgroup v2 path.
+std::optional<std::string> own_cgroup() { return v2_path(slurp("/proc/self/cgroup")); }
 
 }  // namespace
 
@@ -148,11 +185,8 @@ void JobCgroup::signal_all(int signo) const {
 }
 
 bool JobCgroup::contains(pid_t pid) const {
-  std::string text = slurp(("/proc/" + std::to_string(pid) + "/cgroup").c_str());
-  std::istringstream lines(text);
-  for (std::string line; std::getline(lines, line);)
-    if (line.starts_with("0::")) return line.substr(3) == m_relative;
-  return false;
+  auto path = v2_path(slurp(("/proc/" + std::to_string(pid) + "/cgroup").c_str()));
+  return path && *path == m_relative;
 }
 
 }  // namespace fencerun::supervisor
