@@ -472,6 +472,18 @@ config::Options parse_fence(const std::vector<std::string_view>& words) {
 }
 
 config::Options parse(int argc, const char* const* argv) {
+  // `fencerun --version` and `fencerun --help` alone are answered without building the parser (its
+  // dozens of options cost more than the rest of the start-up). A single word is no option's value,
+  // so the answer is the one the full scan below would give.
+  if (argc == 2) {
+    std::string_view only = argv[1];
+    if (only == "--version" || is_help_word(only)) {
+      config::Options o;
+      o.subcommand = only == "--version" ? config::Subcommand::version : config::Subcommand::help;
+      if (o.subcommand == config::Subcommand::help) o.help_text = help_text();
+      return o;
+    }
+  }
   if (argc > 1 && std::string_view(argv[1]) == "fence") {
     std::vector<std::string_view> words(argv + 2, argv + argc);
     try {
