@@ -7,7 +7,7 @@
 # hyperfine run), page faults per run (`perf stat -e page-faults`, which counts every process of the
 # run, when perf works; else minor + major faults of the whole process tree from getrusage, with the
 # runner as subreaper so that orphans such as fencerun's watchdog are counted too) and peak RSS
-# (ru_maxrss of the run). The load average is recorded before and after, and nothing is measured
+# (ru_maxrss of the run, through /usr/bin/time -f %M when installed). The load average is recorded before and after, and nothing is measured
 # while it is above the number of CPUs (it waits for it to settle, up to LOAD_WAIT seconds).
 # Writes the section between <!-- startup:begin --> and <!-- startup:end --> of docs/benchmarks.md
 # (appended at the end the first time; bench/handover.py and bench/waiters.py keep it).
@@ -112,16 +112,16 @@ fi
   printf 'true\ttrue\t0\n'
   printf 'fencerun --version\t%s --version\t0\n' "$fencerun"
   printf 'fencerun --help\t%s --help\t0\n' "$fencerun"
-  printf 'fencerun usage error\t%s --no-such-option\t2\n' "$fencerun"
+  printf 'fencerun usage error\t%s --no-such-option\t64\n' "$fencerun"
   if [[ -n "$baseline" ]]; then
     printf 'fencerun --version (BASELINE)\t%s --version\t0\n' "$baseline"
     printf 'fencerun --help (BASELINE)\t%s --help\t0\n' "$baseline"
-    printf 'fencerun usage error (BASELINE)\t%s --no-such-option\t2\n' "$baseline"
+    printf 'fencerun usage error (BASELINE)\t%s --no-such-option\t64\n' "$baseline"
   fi
 } >"$work/startup.tsv"
 
 python3 - "$work" "$doc" "$command_line" "$fencerun" "$baseline" "$runs" "$warmup" "$fault_runs" "$load_wait" <<'PY'
-import ctypes, json, os, shlex, subprocess, sys, time
+import ctypes, json, os, resource, shlex, subprocess, sys, time
 
 work, doc, command_line, fencerun, baseline = sys.argv[1:6]
 runs, warmup, fault_runs, load_wait = (int(x) for x in sys.argv[6:10])
@@ -162,7 +162,7 @@ def hyperfine(rows, name):
     out = os.path.join(work, name + ".json")
     argv = ["hyperfine", "-N", "-w", str(warmup), "-r", str(runs), "--export-json", out, "--style", "basic"]
     if any(r["rc"] != 0 for r in rows):
-        argv.append("-i")  # a usage error exits 2 by design (checked above)
+        argv.append("-i")  # a usage error exits 64 by design (checked above)
     argv += [r["cmd"] for r in rows]
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
     with open(out) as f:
@@ -194,12 +194,29 @@ libc = ctypes.CDLL(None, use_errno=True)
 PR_SET_CHILD_SUBREAPER = 36
 libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
-def rusage_run(cmd):
-    """Page faults of every process of one run, and the run's peak RSS in KiB."""
-    before = os.getrusage(os.RUSAGE_CHILDREN)
+TIME = "/usr/bin/time" if os.access("/usr/bin/time", os.X_OK) else None
+
+def peak_rss_kib(cmd):
+    """Peak RSS of one run (ru_maxrss, KiB). Through GNU time when there is one: a child started from
+    this Python process would be charged Python's own RSS from before its exec."""
+    if TIME:
+        out = os.path.join(work, "maxrss")
+        subprocess.run([TIME, "-f", "%M", "-o", out] + shlex.split(cmd), stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        with open(out) as f:
+            return float(f.read().split()[-1])
     with open(os.devnull, "wb") as null:
         p = subprocess.Popen(shlex.split(cmd), stdout=null, stderr=null)
         _, _, ru = os.wait4(p.pid, 0)
+        p.returncode = 0
+    return float(ru.ru_maxrss)
+
+def rusage_run(cmd):
+    """Page faults of every process of one run, and the run's peak RSS in KiB."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with open(os.devnull, "wb") as null:
+        p = subprocess.Popen(shlex.split(cmd), stdout=null, stderr=null)
+        os.wait4(p.pid, 0)
         p.returncode = 0  # reaped here: keep Popen from waiting again
     end = time.monotonic() + 2
     while time.monotonic() < end:  # the orphans (the watchdog exits right after the command)
@@ -209,9 +226,9 @@ def rusage_run(cmd):
             break
         if pid == 0:
             time.sleep(0.001)
-    after = os.getrusage(os.RUSAGE_CHILDREN)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     faults = (after.ru_minflt - before.ru_minflt) + (after.ru_majflt - before.ru_majflt)
-    return faults, ru.ru_maxrss
+    return faults, peak_rss_kib(cmd)
 
 def median(v):
     v = sorted(v)
@@ -287,7 +304,8 @@ w("error) next to `true`. Mean wall time from `hyperfine -N`, every row of a tab
 w("run; page faults of every process of one run (" +
   ("`perf stat -e page-faults`, which follows the children" if use_perf else
    "minor + major faults from getrusage, the runner being the subreaper of the run") +
-  f", mean of {fault_runs}); peak RSS from ru_maxrss (median of {fault_runs}).")
+  f", mean of {fault_runs}); peak RSS from ru_maxrss" + (" (`/usr/bin/time -f %M`)" if TIME else "") +
+  f", median of {fault_runs}.")
 w("")
 w("```")
 w(command_line)
