@@ -78,12 +78,15 @@ std::string status_field(pid_t pid, const std::string& field) {
   return "";
 }
 
-// Waits (bounded) until `pid` runs `exe`, i.e. until its exec has happened.
+// Waits (bounded) until `pid` runs `exe`, i.e. until its exec has happened. The new program's exe link
+// appears before the kernel has set up its arguments (spawn() returns as soon as the old image is
+// gone), so its command line must be there too.
 bool wait_for_exec(pid_t pid, const std::string& exe) {
   for (int i = 0; i < 500; ++i) {
     std::error_code ec;
     auto target = fs::read_symlink("/proc/" + std::to_string(pid) + "/exe", ec);
-    if (!ec && target == fs::canonical(exe)) return true;
+    if (!ec && target == fs::canonical(exe) && !read_file("/proc/" + std::to_string(pid) + "/cmdline").empty())
+      return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return false;
