@@ -1,5 +1,11 @@
 #include "supervisor/spawn.hpp"
 
+// Boost.Process 1.74 enables its vfork executor only for pre-2008 POSIX feature levels, although
+// glibc declares vfork(2) under _GNU_SOURCE (which g++ defines); it must be set before its headers.
+#ifndef BOOST_POSIX_HAS_VFORK
+#define BOOST_POSIX_HAS_VFORK 1
+#endif
+
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -7,6 +13,7 @@
 #include <boost/process/child.hpp>
 #include <boost/process/exe.hpp>
 #include <boost/process/extend.hpp>
+#include <boost/process/posix.hpp>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
@@ -20,7 +27,11 @@ namespace {
 
 namespace bp = boost::process;
 
-// Runs in the child between fork and exec: only async-signal-safe calls here.
+// Runs in the child between vfork and exec. The child borrows fencerun's memory and stack while
+// fencerun's thread waits for the exec, so no page is copied for it (fork marked every writable page
+// copy-on-write, and both sides then faulted on each page they touched). Hence: only async-signal-safe
+// calls, nothing that relies on the thread's cached state (no raise(): it would signal fencerun's
+// thread), and every signal stays blocked until just before exec.
 struct ChildSetup : bp::extend::handler {
   char* const* argv;
   char** envp;
@@ -36,13 +47,16 @@ struct ChildSetup : bp::extend::handler {
 
   template <class Executor>
   void on_exec_setup(Executor& e) const {
+    // No handler of fencerun's can run in this child, which shares fencerun's memory: fencerun installs
+    // none (it reads signals from a signalfd, supervisor/signals.cpp), so every disposition is the
+    // default or "ignore".
     if (own_group) {
       ::setpgid(0, 0);
       if (tty_fd >= 0) ::tcsetpgrp(tty_fd, ::getpid());  // SIGTTOU is still blocked here
     }
     // If fencerun dies, so does the command; a watchdog takes care of the rest of the group.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::raise(SIGKILL);  // fencerun died before prctl took effect
+    if (::getppid() != parent) ::kill(::getpid(), SIGKILL);  // fencerun died before prctl took effect
     // Into the job's cgroup before anything can fork, so every descendant is in it.
     if (cgroup_procs_fd >= 0) [[maybe_unused]] auto n = ::write(cgroup_procs_fd, "0", 1);
     // The watchdog learns the pid before the command runs: an instant SIGKILL of fencerun after
@@ -144,7 +158,7 @@ std::expected<pid_t, SpawnError> spawn(const SpawnRequest& request) {
   setup.ignore_sigchld = request.ignore_sigchld;
 
   std::error_code ec;
-  bp::child child(bp::exe = *exe, setup, ec);
+  bp::child child(bp::exe = *exe, setup, bp::posix::use_vfork, ec);
   if (ec && ec.value() == ETIME)
     return std::unexpected(SpawnError{exit_code::k_cannot_execute, "the lease ran short before the command could start", true});
   if (ec) {
@@ -153,11 +167,7 @@ std::expected<pid_t, SpawnError> spawn(const SpawnRequest& request) {
   }
   pid_t pid = child.id();
   child.detach();  // fencerun reaps it itself
-  // Both sides set the group and the terminal, so neither order of scheduling leaves a window.
-  if (request.own_group) {
-    ::setpgid(pid, pid);
-    if (request.tty_fd >= 0) ::tcsetpgrp(request.tty_fd, pid);
-  }
+  // vfork: the child has exec'd by now, so its group and the terminal's foreground group are set.
   return pid;
 }
 
