@@ -61,17 +61,30 @@ struct Parser {
   CLI::App* fence_redis = nullptr;
   CLI::App* fence_sql = nullptr;
 
-  Parser() {
+  // The top-level command alone; the others are added when needed (each of the dozens of options
+  // costs its share of the start-up of every run).
+  // `fencerun fence ...` needs none of the top-level options (WithoutTopLevel).
+  struct WithoutTopLevel {};
+  Parser() : Parser(WithoutTopLevel{}) {
+    add_run_options(app, o);
+    app.add_flag("-h,--help", help);
+    app.add_flag("--version", version);
+  }
+  explicit Parser(WithoutTopLevel) {
     app.set_help_flag();  // before the subcommands: they inherit it
     app.allow_extras(false);
     // An option given twice takes the last value, as getopt-based tools do (a wrapper's defaults can
     // be overridden by the options after them). Inherited by the subcommands.
     app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-    add_run_options(app, o);
-    app.add_flag("-h,--help", help);
-    app.add_flag("--version", version);
+    app.require_subcommand(0, 1);
+  }
+  void add_run() {
+    if (run) return;
     run = app.add_subcommand("run");
     add_run_options(*run, o);
+  }
+  void add_status_and_acl() {
+    if (status) return;
     status = app.add_subcommand("status");
     add_connection_options(*status, o);
     status->add_flag("--json", o.json);
@@ -79,7 +92,9 @@ struct Parser {
     acl = app.add_subcommand("acl");
     acl->add_option("--key-prefix", o.key_prefix);
     acl->add_flag("--delex", o.acl_delex);
-
+  }
+  void add_fence() {
+    if (fence) return;
     fence = app.add_subcommand("fence");
     fence->add_flag("-h,--help", help);
     fence_file = fence->add_subcommand("file");
@@ -95,7 +110,11 @@ struct Parser {
     fence_sql = fence->add_subcommand("sql");
     fence_sql->add_flag("-h,--help", help);
     fence->require_subcommand(0, 1);
-    app.require_subcommand(0, 1);
+  }
+  void add_all() {
+    add_run();
+    add_status_and_acl();
+    add_fence();
   }
   Parser(const Parser&) = delete;
   Parser& operator=(const Parser&) = delete;
@@ -391,6 +410,7 @@ std::string help_text(std::string_view command) {
 
 std::vector<DeclaredOptions> declared_options() {
   Parser p;
+  p.add_all();
   return {{"", names_of(p.app)},
           {"run", names_of(*p.run)},
           {"status", names_of(*p.status)},
@@ -402,7 +422,8 @@ std::vector<DeclaredOptions> declared_options() {
 }
 
 config::Options parse_fence(const std::vector<std::string_view>& words) {
-  Parser p;
+  Parser p{Parser::WithoutTopLevel{}};
+  p.add_fence();
   config::Options& o = p.o;
   if (words.empty()) throw UsageError("fence: missing guard (file, redis or sql)");
   std::string_view guard = words.front();
@@ -493,11 +514,22 @@ config::Options parse(int argc, const char* const* argv) {
     }
   }
 
-  Parser p;
+  Parser p;  // `fence` only as the first word (above): elsewhere it is a lock NAME
   config::Options& o = p.o;
-  // `fence` only as the first word: elsewhere it is a lock NAME.
-  p.fence->disabled();
-  const std::vector<const CLI::App*> scope = {&p.app, p.status, p.acl};
+  // An option word is looked up in the top-level command first; one it does not know is looked up
+  // again, and reported, with status and acl added (their options may come before their name).
+  std::vector<const CLI::App*> scope = {&p.app};
+  auto takes_value = [&](std::string_view word) {
+    if (!p.status) {
+      try {
+        return check_option(word, scope);
+      } catch (const UsageError&) {
+        p.add_status_and_acl();
+        scope = {&p.app, p.status, p.acl};
+      }
+    }
+    return check_option(word, scope);
+  };
   // Options end at the command, as with flock(1), timeout(1) and env(1): options (and their values)
   // are read up to NAME and after it, until `--` or the first other word; that word and everything
   // after it are the COMMAND, untouched. CLI11 sees only what comes before (it would re-interpret
@@ -517,12 +549,13 @@ config::Options parse(int argc, const char* const* argv) {
     }
     if (is_option_word(a)) {
       before.emplace_back(a);
-      if (!other_subcommand && check_option(a, scope) && i + 1 < argc) before.emplace_back(argv[++i]);
+      if (!other_subcommand && takes_value(a) && i + 1 < argc) before.emplace_back(argv[++i]);
       continue;
     }
     if (first_word) {
       first_word = false;
-      if (a == "status" || a == "acl") other_subcommand = true;
+      if (a == "status" || a == "acl") other_subcommand = true, p.add_status_and_acl();
+      if (a == "run") p.add_run();
       if (a == "status" || a == "acl" || a == "run") {
         before.emplace_back(a);
         continue;
@@ -550,10 +583,10 @@ config::Options parse(int argc, const char* const* argv) {
   }
 
   p.parse(before, "");
-  if (p.acl->parsed()) {
+  if (p.acl && p.acl->parsed()) {
     o.subcommand = config::Subcommand::acl;
     if (saw_separator) throw UsageError("acl takes no COMMAND");
-  } else if (p.status->parsed()) {
+  } else if (p.status && p.status->parsed()) {
     o.subcommand = config::Subcommand::status;
     if (saw_separator)
       throw UsageError("status takes no COMMAND (to run a command under a lock named 'status': "
