@@ -11,6 +11,7 @@
 #include <string_view>
 #include <utility>
 
+#include "supervisor/sys.hpp"
 #include "util/random.hpp"
 
 namespace fencerun::supervisor {
@@ -90,28 +91,29 @@ std::optional<std::string> own_cgroup() { return v2_path(slurp("/proc/self/cgrou
 }  // namespace
 
 void signal_cgroup_members(int procs_fd, int signo) {
-  // Async-signal-safe (the watchdog calls it too): no allocation, a fixed buffer read in pieces.
+  // Only raw system calls (the watchdog calls it too, sys.hpp): no allocation, a fixed buffer read in
+  // pieces.
   char buf[4096];
   off_t offset = 0;
   long pid = 0;
   bool in_number = false;
   for (;;) {
-    ssize_t n = ::pread(procs_fd, buf, sizeof buf, offset);
+    long n = sys::pread(procs_fd, buf, sizeof buf, offset);
     if (n <= 0) break;
     offset += n;
-    for (ssize_t i = 0; i < n; ++i) {
+    for (long i = 0; i < n; ++i) {
       char c = buf[i];
       if (c >= '0' && c <= '9') {
         pid = pid * 10 + (c - '0');
         in_number = true;
       } else {
-        if (in_number && pid > 0) ::kill(static_cast<pid_t>(pid), signo);
+        if (in_number && pid > 0) sys::kill(static_cast<pid_t>(pid), signo);
         pid = 0;
         in_number = false;
       }
     }
   }
-  if (in_number && pid > 0) ::kill(static_cast<pid_t>(pid), signo);
+  if (in_number && pid > 0) sys::kill(static_cast<pid_t>(pid), signo);
 }
 
 std::optional<JobCgroup> JobCgroup::create(std::string& why_not) {

@@ -3,8 +3,9 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/syscall.h>
 #include <unistd.h>
+
+#include "supervisor/sys.hpp"
 
 namespace fencerun::supervisor::proctree {
 namespace {
@@ -42,11 +43,11 @@ void for_each_child(pid_t pid, Add&& add) {
   p = put_number(p, pid);
   p = put_text(p, "/task");
   *p = '\0';
-  int dir = ::open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int dir = sys::open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir < 0) return;  // gone
   char entries[4096];
   for (;;) {
-    long n = ::syscall(SYS_getdents64, dir, entries, sizeof entries);
+    long n = sys::getdents64(dir, entries, sizeof entries);
     if (n <= 0) break;
     for (long off = 0; off < n;) {
       auto* e = reinterpret_cast<dirent64*>(entries + off);
@@ -61,15 +62,15 @@ void for_each_child(pid_t pid, Add&& add) {
       q = put_number(q, tid);
       q = put_text(q, "/children");
       *q = '\0';
-      int fd = ::open(file, O_RDONLY | O_CLOEXEC);
+      int fd = sys::open(file, O_RDONLY | O_CLOEXEC);
       if (fd < 0) continue;
       char buf[1024];
       long value = 0;
       bool in_number = false;
       for (;;) {
-        ssize_t got = ::read(fd, buf, sizeof buf);
+        long got = sys::read(fd, buf, sizeof buf);
         if (got <= 0) break;
-        for (ssize_t i = 0; i < got; ++i) {
+        for (long i = 0; i < got; ++i) {
           char c = buf[i];
           if (c >= '0' && c <= '9') {
             value = value * 10 + (c - '0');
@@ -82,10 +83,10 @@ void for_each_child(pid_t pid, Add&& add) {
         }
       }
       if (in_number) add(static_cast<pid_t>(value));
-      ::close(fd);
+      sys::close(fd);
     }
   }
-  ::close(dir);
+  sys::close(dir);
 }
 
 }  // namespace
@@ -123,7 +124,7 @@ std::size_t signal_descendants(pid_t root, pid_t skip, int sig) {
     bool fresh = false;
     for (std::size_t i = 0; i < n; ++i) {
       if (contains(done, done_count, found[i])) continue;
-      ::kill(found[i], sig);
+      sys::kill(found[i], sig);
       fresh = true;
       if (done_count < max_tracked) done[done_count++] = found[i];
     }

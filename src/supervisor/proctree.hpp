@@ -3,7 +3,7 @@
 // foreground job that shares fencerun's process group is found and stopped where no cgroup can be made.
 // fencerun is a child subreaper, so a descendant orphaned while fencerun lives is re-parented to it
 // and stays in its tree; a process that daemonises (setsid, double fork) therefore stays reachable.
-// Every function is async-signal-safe (raw open/read/getdents64/kill): the watchdog calls them.
+// descendants() and signal_descendants() make only raw system calls (sys.hpp): the watchdog calls them.
 #include <sys/types.h>
 
 #include <cstddef>

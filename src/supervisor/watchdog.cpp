@@ -2,23 +2,27 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
-#include <sys/prctl.h>
+#include <sys/mman.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <iterator>
 
 #include "supervisor/cgroup.hpp"
 #include "supervisor/proctree.hpp"
+#include "supervisor/sys.hpp"
 #include "util/error.hpp"
-#include <cerrno>
 
 namespace fencerun::supervisor {
 namespace {
 
-std::int64_t boot_ns() { return BootClock::now().time_since_epoch().count(); }
+WatchdogStart g_start = WatchdogStart::clone;
+
 std::int64_t to_ns(Deadline d) { return d.time_since_epoch().count(); }
 
 // Closes every descriptor from 3 on but those in `keep` (entries may be -1).
@@ -28,10 +32,10 @@ void close_all_but(int (&keep)[N]) {
   unsigned from = 3;
   for (int k : keep) {
     if (k < 0 || static_cast<unsigned>(k) < from) continue;
-    if (static_cast<unsigned>(k) > from) ::close_range(from, static_cast<unsigned>(k) - 1, 0);
+    if (static_cast<unsigned>(k) > from) sys::close_range(from, static_cast<unsigned>(k) - 1);
     from = static_cast<unsigned>(k) + 1;
   }
-  ::close_range(from, ~0U, 0);
+  sys::close_range(from, ~0U);
 }
 
 // fencerun died: nobody else will remove the job's (emptied) cgroup. Waits up to a second for the
@@ -40,32 +44,31 @@ void remove_cgroup(const WatchdogTargets& targets) {
   if (!targets.cgroup_path || targets.cgroup_procs_fd < 0) return;
   for (int i = 0; i < 1000; ++i) {
     char c;
-    if (::pread(targets.cgroup_procs_fd, &c, 1, 0) <= 0) break;  // empty
-    timespec ms{0, 1'000'000};
-    ::nanosleep(&ms, nullptr);
+    if (sys::pread(targets.cgroup_procs_fd, &c, 1, 0) <= 0) break;  // empty
+    sys::sleep_ns(1'000'000);
   }
-  ::rmdir(targets.cgroup_path);
+  sys::rmdir(targets.cgroup_path);
 }
 
-// Only async-signal-safe calls from here on: the parent may have been multi-threaded at fork.
+// Only raw system calls from here on (sys.hpp): the watchdog may share fencerun's memory and
+// thread-local storage, and the parent may have been multi-threaded at fork.
 [[noreturn]] void watchdog_main(int read_fd, const WatchdogTargets& targets, int kill_signal, std::int64_t slack_ns) {
   const int cgroup_kill_fd = targets.cgroup_kill_fd;
   const int cgroup_procs_fd = targets.cgroup_procs_fd;
-  sigset_t all;
-  sigfillset(&all);
-  ::sigprocmask(SIG_SETMASK, &all, nullptr);
+  sys::block_all_signals();
   // Its own group: a kill or a stop aimed at fencerun's group must not take the watchdog with it.
-  ::setpgid(0, 0);
-  ::prctl(PR_SET_NAME, "fencerun-watch");
+  sys::setpgid(0, 0);
+  sys::set_name("fencerun-watch");
   int keep[] = {read_fd, cgroup_kill_fd, cgroup_procs_fd};
   close_all_but(keep);
-  int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  int devnull = sys::open("/dev/null", O_RDWR | O_CLOEXEC);
   if (devnull >= 0) {
-    for (int fd = 0; fd <= 2; ++fd) ::dup2(devnull, fd);
-    if (devnull > 2) ::close(devnull);
+    for (int fd = 0; fd <= 2; ++fd) sys::dup2(devnull, fd);
+    if (devnull > 2) sys::close(devnull);
   }
-  ::fcntl(read_fd, F_SETFL, O_NONBLOCK);
-  int timer = ::timerfd_create(CLOCK_BOOTTIME, TFD_CLOEXEC | TFD_NONBLOCK);
+  sys::fcntl(read_fd, F_SETFL, O_NONBLOCK);
+  int timer = sys::timerfd_create(CLOCK_BOOTTIME, TFD_CLOEXEC | TFD_NONBLOCK);
+  if (timer < 0) timer = -1;
 
   pid_t pid = 0;
   std::int64_t stop_ns = 0, kill_ns = 0;
@@ -73,39 +76,39 @@ void remove_cgroup(const WatchdogTargets& targets) {
   auto hit = [&](int sig) {
     if (pid <= 0) return;
     if (targets.own_group) {
-      ::kill(-pid, sig);
-      if (::getpgid(pid) != pid) ::kill(pid, sig);  // the command left its group
+      sys::kill(-pid, sig);
+      if (sys::getpgid(pid) != pid) sys::kill(pid, sig);  // the command left its group
     } else if (targets.tree_root > 0) {
       // The job shares fencerun's (the caller's) process group and has no cgroup: it is fencerun's
       // descendants. Once fencerun is gone (we were re-parented), only the command's own subtree is left.
-      if (::getppid() == targets.tree_root) {
-        proctree::signal_descendants(targets.tree_root, ::getpid(), sig);
+      if (sys::getppid() == targets.tree_root) {
+        proctree::signal_descendants(targets.tree_root, sys::getpid(), sig);
       } else {
-        ::kill(pid, sig);
-        proctree::signal_descendants(pid, ::getpid(), sig);
+        sys::kill(pid, sig);
+        proctree::signal_descendants(pid, sys::getpid(), sig);
       }
     } else {
       // The job shares fencerun's (the caller's) process group: signal its cgroup's members only.
       if (cgroup_procs_fd >= 0) signal_cgroup_members(cgroup_procs_fd, sig);
-      ::kill(pid, sig);
+      sys::kill(pid, sig);
     }
-    if (sig == SIGKILL && cgroup_kill_fd >= 0) [[maybe_unused]] auto n = ::write(cgroup_kill_fd, "1", 1);
+    if (sig == SIGKILL && cgroup_kill_fd >= 0) sys::write(cgroup_kill_fd, "1", 1);
   };
 
   for (;;) {
     WatchMessage batch[16];
     for (;;) {
-      ssize_t n = ::read(read_fd, batch, sizeof batch);
-      if (n < 0 && errno == EINTR) continue;
+      long n = sys::read(read_fd, batch, sizeof batch);
+      if (n == -EINTR) continue;
       if (n < 0) break;  // EAGAIN: nothing more for now
       if (n == 0) {      // end of file: fencerun is gone, or dropped us without disarming
         hit(SIGKILL);
-        if (pid <= 0 && cgroup_kill_fd >= 0) [[maybe_unused]] auto k = ::write(cgroup_kill_fd, "1", 1);
+        if (pid <= 0 && cgroup_kill_fd >= 0) sys::write(cgroup_kill_fd, "1", 1);
         remove_cgroup(targets);
-        ::_exit(0);
+        sys::exit_process(0);
       }
-      for (ssize_t i = 0; i + static_cast<ssize_t>(sizeof(WatchMessage)) <= n; i += sizeof(WatchMessage)) {
-        const WatchMessage& m = batch[i / static_cast<ssize_t>(sizeof(WatchMessage))];
+      for (long i = 0; i + static_cast<long>(sizeof(WatchMessage)) <= n; i += sizeof(WatchMessage)) {
+        const WatchMessage& m = batch[i / static_cast<long>(sizeof(WatchMessage))];
         switch (m.kind) {
           case WatchMessage::guard:
             pid = m.pid;
@@ -117,12 +120,12 @@ void remove_cgroup(const WatchdogTargets& targets) {
             if (!sent_kill) kill_ns = std::max(kill_ns, m.kill_ns);
             break;
           case WatchMessage::stopping: parent_stopping = true; break;
-          case WatchMessage::disarm: ::_exit(0);
+          case WatchMessage::disarm: sys::exit_process(0);
           default: break;
         }
       }
     }
-    std::int64_t now = boot_ns();
+    std::int64_t now = sys::boot_ns();
     if (pid > 0 && stop_ns > 0 && !sent_stop && !parent_stopping && now >= stop_ns + slack_ns) {
       hit(kill_signal);
       hit(SIGCONT);  // a stopped job must be able to run its handler in the grace time
@@ -140,14 +143,65 @@ void remove_cgroup(const WatchdogTargets& targets) {
       spec.it_value.tv_sec = next / 1'000'000'000;
       spec.it_value.tv_nsec = next % 1'000'000'000;
     }
-    if (timer >= 0) ::timerfd_settime(timer, TFD_TIMER_ABSTIME, &spec, nullptr);
+    if (timer >= 0) sys::timerfd_settime(timer, TFD_TIMER_ABSTIME, &spec);
     pollfd fds[2] = {{read_fd, POLLIN, 0}, {timer, POLLIN, 0}};
-    int ready = ::poll(fds, timer >= 0 ? 2 : 1, timer >= 0 || next == 0 ? -1 : 10);
+    long ready = sys::poll(fds, timer >= 0 ? 2 : 1, timer >= 0 || next == 0 ? -1 : 10);
     if (ready > 0 && timer >= 0 && fds[1].revents) {
       std::uint64_t expirations;
-      [[maybe_unused]] auto n = ::read(timer, &expirations, sizeof expirations);
+      sys::read(timer, &expirations, sizeof expirations);
     }
   }
+}
+
+// What a watchdog started with clone() gets, on its own stack: it shares fencerun's memory, so it
+// must not read anything fencerun may later change or free.
+struct CloneStart {
+  int read_fd;
+  int kill_signal;
+  std::int64_t slack_ns;
+  WatchdogTargets targets;
+  char cgroup_path[4096];
+};
+
+int clone_main(void* arg) {
+  auto* start = static_cast<CloneStart*>(arg);
+  start->targets.cgroup_path = start->cgroup_path[0] != '\0' ? start->cgroup_path : nullptr;
+  watchdog_main(start->read_fd, start->targets, start->kill_signal, start->slack_ns);
+}
+
+// The watchdog's stack: its pages are only faulted in as it uses them (signal_descendants needs about
+// 70 KiB). Never unmapped: the watchdog outlives fencerun's every use of the memory they share.
+constexpr std::size_t k_clone_stack = 256 * 1024;
+
+// Starts the watchdog with clone(CLONE_VM): a process of its own (its own pid, process group, signal
+// state and descriptor table; it survives a SIGKILL or SIGSTOP of fencerun, and keeps the memory
+// alive), that shares fencerun's memory instead of copying it. A fork marked every writable page of
+// fencerun copy-on-write, and both processes then faulted on each page they touched; on a short run
+// that cost more than the rest of the run together. Returns the pid, or -1 (then fork).
+pid_t clone_watchdog(int read_fd, const WatchdogTargets& targets, int kill_signal, std::int64_t slack_ns) {
+  if (!sys::k_raw) return -1;
+  if (targets.cgroup_path && std::strlen(targets.cgroup_path) >= sizeof(CloneStart::cgroup_path)) return -1;
+  void* stack = ::mmap(nullptr, k_clone_stack, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
+  if (stack == MAP_FAILED) return -1;
+  ::mprotect(stack, 4096, PROT_NONE);  // a guard page below the stack
+  // The start block sits at the top of the region, the stack grows down from below it.
+  char* top = static_cast<char*>(stack) + k_clone_stack;
+  auto* start = reinterpret_cast<CloneStart*>(
+      (reinterpret_cast<std::uintptr_t>(top) - sizeof(CloneStart)) & ~std::uintptr_t{63});
+  start->read_fd = read_fd;
+  start->kill_signal = kill_signal;
+  start->slack_ns = slack_ns;
+  start->targets = targets;
+  start->cgroup_path[0] = '\0';
+  if (targets.cgroup_path) std::strcpy(start->cgroup_path, targets.cgroup_path);
+  void* stack_top = reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(start) & ~std::uintptr_t{15});
+  pid_t pid = ::clone(clone_main, stack_top, CLONE_VM | SIGCHLD, start);
+  if (pid < 0) {
+    ::munmap(stack, k_clone_stack);
+    return -1;
+  }
+  return pid;
 }
 
 }  // namespace
@@ -160,12 +214,15 @@ Watchdog::Watchdog(int kill_signal, WatchdogTargets targets, std::chrono::millis
   // Never block a writer (the renewal thread) on a watchdog that is itself stopped: a full pipe drops
   // the update, and the watchdog acts on the points it already has, which only errs on the safe side.
   ::fcntl(fds[1], F_SETFL, O_NONBLOCK);
+  const std::int64_t slack_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(slack).count();
+  m_pid = g_start == WatchdogStart::fork ? -1 : clone_watchdog(read_end.get(), targets, kill_signal, slack_ns);
+  if (m_pid > 0) return;
   m_pid = ::fork();
   if (m_pid < 0) throw SystemError("fork");
-  if (m_pid == 0)
-    watchdog_main(read_end.get(), targets, kill_signal,
-                  std::chrono::duration_cast<std::chrono::nanoseconds>(slack).count());
+  if (m_pid == 0) watchdog_main(read_end.get(), targets, kill_signal, slack_ns);
 }
+
+void set_watchdog_start(WatchdogStart how) { g_start = how; }
 
 Watchdog::~Watchdog() {
   // Closing the pipe without a disarm message makes the watchdog SIGKILL the job. Not waited for: it

@@ -8,7 +8,16 @@
 //   - when fencerun dies (end of file on its pipe, even after SIGKILL or SIGSTOP-then-kill) or drops
 //     the Watchdog object without disarming it, SIGKILLs the job at once.
 // It lives in a process group of its own, so a signal aimed at fencerun's group (a terminal's Ctrl-Z,
-// kill -STOP -PGID) does not stop it too. Fork it while fencerun has a single thread.
+// kill -STOP -PGID) does not stop it too.
+//
+// It is started with clone(CLONE_VM), like a thread but as a process of its own: it shares fencerun's
+// memory instead of copying it (a fork's copy-on-write faults cost more than the rest of a short run),
+// runs on a stack of its own and makes only raw system calls (sys.hpp). It survives a SIGKILL or
+// SIGSTOP of fencerun. What it cannot survive: the kernel's OOM killer kills every process that shares
+// the victim's memory, so an OOM kill of fencerun takes the watchdog too (the command still gets
+// SIGKILL from its parent-death signal); so does a core dump of fencerun on kernels before 5.16.
+// Where sys.hpp has no raw system calls for the machine, or clone fails, it is forked (then while
+// fencerun has a single thread).
 #include <sys/types.h>
 
 #include <cstdint>
@@ -38,10 +47,14 @@ struct WatchdogTargets {
   pid_t tree_root = 0;       // > 0: the job is every descendant of this pid (fencerun) but the watchdog
 };
 
+enum class WatchdogStart { clone, fork };
+// How the next watchdogs start (tests use fork to cover that path too). Not thread-safe.
+void set_watchdog_start(WatchdogStart how);
+
 class Watchdog {
  public:
-  // Forks the watchdog. `kill_signal` is sent at the stop point, SIGKILL at the kill point.
-  // Throws SystemError when it cannot fork.
+  // Starts the watchdog. `kill_signal` is sent at the stop point, SIGKILL at the kill point.
+  // Throws SystemError when it can neither be cloned nor forked.
   explicit Watchdog(int kill_signal = 15, WatchdogTargets targets = {},
                     std::chrono::milliseconds slack = std::chrono::milliseconds(20));
   // Without disarm(): the watchdog SIGKILLs the job (this is what an exception unwinding past a

@@ -5,7 +5,10 @@
 
 - The directories under src/ include each other without a cycle (each is one layer).
 - hiredis is included only under src/redis/, CLI11 only in src/cli/parse.cpp, Boost.Process only in
-  src/supervisor/spawn.cpp, and src/supervisor/ knows nothing of Redis (no redis/ include).
+  src/supervisor/spawn.cpp, spdlog only in src/log/log.cpp, and src/supervisor/ knows nothing of Redis
+  (no redis/ include).
+- No signal handler is installed anywhere (signals are read from a signalfd): the command's vfork
+  child, which shares fencerun's memory, relies on it (src/supervisor/spawn.cpp).
 Exit 0 when all hold; otherwise prints each violation and exits 1.
 """
 import os
@@ -17,8 +20,11 @@ ONLY_IN = [
     (re.compile(r"^hiredis/"), lambda f: f.startswith("redis/"), "hiredis outside src/redis/"),
     (re.compile(r"^CLI/"), lambda f: f == "cli/parse.cpp", "CLI11 outside src/cli/parse.cpp"),
     (re.compile(r"^boost/process"), lambda f: f == "supervisor/spawn.cpp", "Boost.Process outside src/supervisor/spawn.cpp"),
+    (re.compile(r"^spdlog/"), lambda f: f == "log/log.cpp", "spdlog outside src/log/log.cpp"),
     (re.compile(r"^redis/"), lambda f: not f.startswith("supervisor/"), "src/supervisor/ includes the Redis layer"),
 ]
+# A handler: sa_handler set to anything but SIG_DFL/SIG_IGN, sa_sigaction, or signal(2)/sigset(3).
+HANDLER = re.compile(r"\bsa_handler\s*=(?!=)\s*(?![\s=])(?!SIG_DFL\b|SIG_IGN\b)|\bsa_sigaction\b|(?<![\w:.>])(?:::)?(?:signal|sigset)\s*\(\s*SIG")
 
 
 def main():
@@ -34,6 +40,9 @@ def main():
             here = rel.split(os.sep)[0] if os.sep in rel else None
             with open(os.path.join(root, name), encoding="utf-8") as f:
                 text = f.read()
+            for m in HANDLER.finditer(text):
+                line = text.count("\n", 0, m.start()) + 1
+                problems.append("%s:%d: installs a signal handler (fencerun reads signals from a signalfd)" % (rel, line))
             for inc in INCLUDE.findall(text):
                 for pattern, allowed, why in ONLY_IN:
                     if pattern.search(inc) and not allowed(rel):

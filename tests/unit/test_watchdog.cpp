@@ -1,8 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <linux/kcmp.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <chrono>
 #include <cstdlib>
@@ -22,6 +26,7 @@ using fencerun::test::Subreaper;
 using fencerun::test::wait_for_end;
 using fencerun::supervisor::SpawnRequest;
 using fencerun::supervisor::Watchdog;
+using fencerun::supervisor::WatchdogStart;
 namespace fs = std::filesystem;
 
 namespace {
@@ -42,7 +47,7 @@ struct Scene {
   pid_t orphan = -1;   // the background grandchild
 };
 
-Scene start_scene(bool disarm) {
+Scene start_scene(bool disarm, WatchdogStart how) {
   std::string pattern = (fs::temp_directory_path() / "fencerun-unit.XXXXXX").string();
   if (::mkdtemp(pattern.data()) == nullptr) return {};
   fs::path dir = pattern;
@@ -54,6 +59,7 @@ Scene start_scene(bool disarm) {
   if (parent < 0) return {};
   if (parent == 0) {
     ::close(fds[0]);
+    fencerun::supervisor::set_watchdog_start(how);
     Watchdog watchdog;
     SpawnRequest request;
     request.argv = {"/bin/sh", "-c", "sleep 30 & echo $! > \"$0\"; wait", orphan_file.string()};
@@ -87,11 +93,20 @@ void kill_parent(const Scene& scene) {
   ::waitpid(scene.parent, &status, 0);
 }
 
+class WatchdogStarts : public ::testing::TestWithParam<WatchdogStart> {};
+
+std::string start_name(const ::testing::TestParamInfo<WatchdogStart>& info) {
+  return info.param == WatchdogStart::clone ? "clone" : "fork";
+}
+
 }  // namespace
 
-TEST(watchdog, kills_the_whole_group_when_its_parent_dies) {
+INSTANTIATE_TEST_SUITE_P(watchdog, WatchdogStarts, ::testing::Values(WatchdogStart::clone, WatchdogStart::fork),
+                         start_name);
+
+TEST_P(WatchdogStarts, kills_the_whole_group_when_its_parent_dies) {
   Subreaper reaper;  // the orphan comes back to this process, so its end can be observed exactly
-  Scene scene = start_scene(false);
+  Scene scene = start_scene(false, GetParam());
   ASSERT_GT(scene.group, 0);
   ASSERT_GT(scene.orphan, 0);
   ASSERT_EQ(::getpgid(scene.orphan), scene.group);
@@ -104,10 +119,10 @@ TEST(watchdog, kills_the_whole_group_when_its_parent_dies) {
   EXPECT_EQ(WTERMSIG(*status), SIGKILL);
 }
 
-TEST(watchdog, leaves_the_group_alone_once_disarmed) {
+TEST_P(WatchdogStarts, leaves_the_group_alone_once_disarmed) {
   // The control for the test above: without an armed watchdog the grandchild survives its parent.
   Subreaper reaper;
-  Scene scene = start_scene(true);
+  Scene scene = start_scene(true, GetParam());
   ASSERT_GT(scene.group, 0);
   ASSERT_GT(scene.orphan, 0);
   kill_parent(scene);
@@ -116,4 +131,52 @@ TEST(watchdog, leaves_the_group_alone_once_disarmed) {
   auto status = wait_for_end(scene.orphan, std::chrono::seconds(5));
   ASSERT_TRUE(status.has_value());
   EXPECT_EQ(WTERMSIG(*status), SIGKILL);
+}
+
+// The cheap start is the one used: a cloned watchdog shares its parent's memory (no page is copied),
+// a forked one does not.
+TEST_P(WatchdogStarts, shares_the_parents_memory_only_when_cloned) {
+  fencerun::supervisor::set_watchdog_start(GetParam());
+  pid_t watchdog_pid = -1;
+  long same = -1;
+  {
+    Watchdog watchdog;
+    watchdog_pid = watchdog.pid();
+    same = ::syscall(SYS_kcmp, ::getpid(), watchdog_pid, KCMP_VM, 0, 0);
+    if (same < 0 && (errno == ENOSYS || errno == EPERM)) GTEST_SKIP() << "kcmp(2) is not available here";
+    watchdog.disarm();
+  }
+  fencerun::supervisor::set_watchdog_start(WatchdogStart::clone);
+  int status = 0;
+  ASSERT_EQ(::waitpid(watchdog_pid, &status, 0), watchdog_pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  if (GetParam() == WatchdogStart::clone) EXPECT_EQ(same, 0) << "the watchdog has a memory of its own";
+  else EXPECT_NE(same, 0);
+}
+
+// A cloned watchdog runs on the thread-local storage of the thread that started it: a libc call in
+// it that fails (its read of an empty pipe fails with EAGAIN after every message) would write that
+// thread's errno. It makes only raw system calls, so errno stays what this thread set.
+TEST_P(WatchdogStarts, never_writes_the_starting_threads_errno) {
+  fencerun::supervisor::set_watchdog_start(GetParam());
+  pid_t watchdog_pid = -1;
+  int changed = 0;
+  {
+    Watchdog watchdog;
+    watchdog_pid = watchdog.pid();
+    for (int i = 0; i < 200; ++i) {
+      auto later = fencerun::BootClock::now() + std::chrono::hours(1);
+      watchdog.update(later, later);  // succeeds: leaves errno alone
+      errno = 4242;
+      timespec pause{0, 500'000};
+      ::nanosleep(&pause, nullptr);  // succeeds: leaves errno alone
+      if (errno != 4242) ++changed;
+    }
+    watchdog.disarm();
+  }
+  fencerun::supervisor::set_watchdog_start(WatchdogStart::clone);
+  int status = 0;
+  ASSERT_EQ(::waitpid(watchdog_pid, &status, 0), watchdog_pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_EQ(changed, 0) << "errno changed under this thread while the watchdog ran";
 }
