@@ -1,5 +1,5 @@
 // Acquire (waiting if asked), run the command under the lease, release. The order of steps matters:
-// the signal mask is set before any thread or child exists, the watchdog and the command are forked
+// the signal mask is set before any thread or child exists, the watchdog and the command are started
 // before the renewal thread starts, and the lock is released only after every process of the job is
 // gone (the HeldLease releases itself on every way out; the Supervisor kills the job on every way out,
 // and is destroyed first).
@@ -129,7 +129,7 @@ Exit run_under(const config::Config& c, supervisor::SignalChannel& signals, leas
   // Never start a command whose lease may already be over on the server.
   if (BootClock::now() >= schedule.stop_at(deadline)) return ran_short();
 
-  // The watchdog and the command are forked while fencerun has a single thread. From here on the
+  // The watchdog and the command are started while fencerun has a single thread. From here on the
   // supervisor kills the job on every way out, before the lease is released.
   supervisor::Supervisor sup(signals, {c.run.kill_signal, schedule.stop_points()}, context);
   auto pid = sup.start(c.run.command, child_environment(held), deadline);

@@ -99,7 +99,8 @@ std::expected<pid_t, SpawnError> Supervisor::start(std::vector<std::string> argv
   m_foreground = tty >= 0 && (m_cgroup.has_value() || proctree::available());
   m_tree = m_foreground && !m_cgroup;
   m_tty = m_foreground ? -1 : tty;
-  // The watchdog is forked while fencerun has a single thread; it knows the job before the job runs.
+  // The watchdog is started (supervisor/watchdog.hpp) while fencerun has a single thread, so that a
+  // fork fallback is safe; it knows the job before the job runs.
   auto slack = std::min<std::chrono::milliseconds>(m_policy.points.grace / 4, std::chrono::milliseconds(20));
   WatchdogTargets targets{!m_foreground, m_cgroup ? m_cgroup->kill_fd() : -1,
                           m_cgroup ? m_cgroup->procs_read_fd() : -1, m_cgroup ? m_cgroup->path().c_str() : nullptr,
