@@ -34,14 +34,19 @@ for v in FENCERUN BASELINE RUNS WARMUP FAULT_RUNS; do [[ -n "${!v:-}" ]] && comm
 
 say() { echo "startup.sh: $*" >&2; }
 die() { say "$*"; exit 1; }
+# shellcheck source=bench/lib.sh
+source "$repo/bench/lib.sh"
 [[ -x "$fencerun" ]] || die "no fencerun binary at $fencerun (build first, or set FENCERUN)"
 [[ -z "$baseline" || -x "$baseline" ]] || die "BASELINE=$BASELINE is not an executable"
-for tool in redis-server redis-cli flock hyperfine python3; do
-  command -v "$tool" >/dev/null || die "$tool is not installed"
-done
+need redis-server redis-server
+need redis-cli redis-tools
+need flock util-linux
+need hyperfine hyperfine
+need python3 python3
+install_missing
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/fencerun-startup.XXXXXX")"
-redis_pid="" etcd_pid="" etcd_data=""
+redis_pid="" etcd_pid="" etcd_data="" etcd_data_note=""
 cleanup() {
   for p in $redis_pid $etcd_pid; do
     kill "$p" 2>/dev/null || true
@@ -51,19 +56,6 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-
-# Free loopback ports below 32768 (out of the usual ephemeral range), all different.
-port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-taken=" "
-free_port() {
-  local p
-  for _ in $(seq 200); do
-    p=$((20000 + RANDOM % 12000))
-    [[ "$taken" == *" $p "* ]] && continue
-    port_in_use "$p" || { taken+="$p "; echo "$p"; return; }
-  done
-  die "found no free port"
-}
 
 redis_port="$(free_port)"
 redis-server --bind 127.0.0.1 --port "$redis_port" --daemonize yes --pidfile "$work/redis.pid" \
@@ -78,24 +70,9 @@ url="redis://127.0.0.1:$redis_port"
 
 endpoint=""
 if command -v etcd >/dev/null && command -v etcdctl >/dev/null; then
-  etcd_port="$(free_port)"
+  endpoint="http://127.0.0.1:$(free_port)"
   peer_port="$(free_port)"
-  endpoint="http://127.0.0.1:$etcd_port"
-  if [[ -d /dev/shm && -w /dev/shm ]]; then
-    etcd_data="$(mktemp -d /dev/shm/fencerun-startup-etcd.XXXXXX)"
-  else
-    etcd_data="$work/etcd"
-  fi
-  etcd --name bench --data-dir "$etcd_data/d" \
-    --listen-client-urls "$endpoint" --advertise-client-urls "$endpoint" \
-    --listen-peer-urls "http://127.0.0.1:$peer_port" --initial-advertise-peer-urls "http://127.0.0.1:$peer_port" \
-    --initial-cluster "bench=http://127.0.0.1:$peer_port" >"$work/etcd.log" 2>&1 &
-  etcd_pid=$!
-  for _ in $(seq 100); do
-    etcdctl --endpoints="$endpoint" --command-timeout=1s endpoint health >/dev/null 2>&1 && break
-    kill -0 "$etcd_pid" 2>/dev/null || { say "etcd exited, left out: $(tail -1 "$work/etcd.log")"; etcd_pid=""; endpoint=""; break; }
-    sleep 0.1
-  done
+  start_etcd startup
 fi
 
 # label<TAB>command<TAB>expected exit code, one per line; every command is checked once first.
@@ -110,6 +87,7 @@ fi
 } >"$work/locks.tsv"
 {
   printf 'true\ttrue\t0\n'
+  printf 'true --version\ttrue --version\t0\n'
   printf 'fencerun --version\t%s --version\t0\n' "$fencerun"
   printf 'fencerun --help\t%s --help\t0\n' "$fencerun"
   printf 'fencerun usage error\t%s --no-such-option\t64\n' "$fencerun"
@@ -120,7 +98,7 @@ fi
   fi
 } >"$work/startup.tsv"
 
-python3 - "$work" "$doc" "$command_line" "$fencerun" "$baseline" "$runs" "$warmup" "$fault_runs" "$load_wait" <<'PY'
+ETCD_NOTE="$etcd_data_note" python3 - "$work" "$doc" "$command_line" "$fencerun" "$baseline" "$runs" "$warmup" "$fault_runs" "$load_wait" <<'PY'
 import ctypes, json, os, resource, shlex, subprocess, sys, time
 
 work, doc, command_line, fencerun, baseline = sys.argv[1:6]
@@ -315,6 +293,8 @@ w(f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {ncpu} CPUs, {
 w(f"- {version([fencerun, '--version'])} (checkout {revision}); {version(['redis-server', '--version'])}; "
   f"{version(['hyperfine', '--version'])}")
 w(f"- uptime before: `{locks['uptime_before']}`; after: `{startup['uptime_after']}`")
+if os.environ.get("ETCD_NOTE"):
+    w(f"- etcd's data on {os.environ['ETCD_NOTE']}")
 w("")
 w(f"One locked run of `true` (`hyperfine -N -w {warmup} -r {runs}`; {load_note(locks)}):")
 w("")
@@ -327,12 +307,16 @@ for r in locks["rows"]:
 w("")
 w(f"Start-up alone (`hyperfine -N -w {warmup} -r {runs}`; {load_note(startup)}):")
 w("")
-w("| command | mean | vs true | page faults / run | peak RSS |")
-w("|---|---|---|---|---|")
+w("| command | mean | vs true | vs true --version | page faults / run | peak RSS |")
+w("|---|---|---|---|---|---|")
 tr = ref(startup["rows"], "true")
+tv = ref(startup["rows"], "true --version")
 for r in startup["rows"]:
-    w(f"| {label(r)} | {fmt_ms(r)} | {r['mean_ms'] / tr['mean_ms']:.2f}x | {faults_cell(r)} | "
-      f"{r['rss_kib'] / 1024:.1f} MiB |")
+    w(f"| {label(r)} | {fmt_ms(r)} | {r['mean_ms'] / tr['mean_ms']:.2f}x | {r['mean_ms'] / tv['mean_ms']:.2f}x | "
+      f"{faults_cell(r)} | {r['rss_kib'] / 1024:.1f} MiB |")
+w("")
+w("`true --version` is GNU true's start-up plus printing (its locale set-up and a few lines of text),")
+w("the reference for fencerun's own printing answers.")
 w("")
 w("Written by bench/startup.sh; bench/handover.py and bench/waiters.py keep this section.")
 w("<!-- startup:end -->")
