@@ -339,7 +339,9 @@ def cmd_stop(a):
                 except ValueError:
                     continue
                 if ev.get("event") == "command_stopped":
-                    own = ev.get("before_deadline")
+                    # JSON logs give durations as <name>_ms
+                    ms = ev.get("before_deadline_ms")
+                    own = f"{ms}ms" if ms is not None else None
             pnr = t_launch + (ttl - drift - grace - margin) * 1_000_000
             deadline = t_launch + (ttl - drift) * 1_000_000
             rows.append({
