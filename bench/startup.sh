@@ -17,6 +17,7 @@
 # Environment:
 #   FENCERUN=path    binary to measure (default: build/src/fencerun in this checkout)
 #   BASELINE=path    another fencerun binary (an older build) measured in the same hyperfine runs
+#   BASELINE_NAME=s  what to call it in the tables (default: "baseline build"), e.g. its commit
 #   BENCH_DOC=path   where to write the section (default: docs/benchmarks.md); BENCH_DOC=- prints only
 #   RUNS=60 WARMUP=5 FAULT_RUNS=30 LOAD_WAIT=600
 set -euo pipefail
@@ -30,7 +31,7 @@ warmup="${WARMUP:-5}"
 fault_runs="${FAULT_RUNS:-30}"
 load_wait="${LOAD_WAIT:-600}"
 command_line="bench/startup.sh"
-for v in FENCERUN BASELINE RUNS WARMUP FAULT_RUNS; do [[ -n "${!v:-}" ]] && command_line="$v=${!v} $command_line"; done
+for v in FENCERUN BASELINE BASELINE_NAME RUNS WARMUP FAULT_RUNS; do [[ -n "${!v:-}" ]] && command_line="$v=${!v} $command_line"; done
 
 say() { echo "startup.sh: $*" >&2; }
 die() { say "$*"; exit 1; }
@@ -150,6 +151,24 @@ def hyperfine(rows, name):
         r["stddev_ms"] = h["stddev"] * 1000
         r["median_ms"] = h["median"] * 1000
 
+def interleaved(rows):
+    """Wall time of every command, run in turn (one run of each, then the next round): load that comes
+    and goes on a shared machine then falls on every command alike. Records the median of `runs` rounds."""
+    null = os.open(os.devnull, os.O_RDWR)
+    argvs = [shlex.split(r["cmd"]) for r in rows]
+    times = [[] for _ in rows]
+    for i in range(warmup + runs):
+        for k, argv in enumerate(argvs):
+            t = time.perf_counter()
+            pid = os.posix_spawnp(argv[0], argv, os.environ,
+                                  file_actions=[(os.POSIX_SPAWN_DUP2, null, 1), (os.POSIX_SPAWN_DUP2, null, 2)])
+            os.waitpid(pid, 0)
+            if i >= warmup:
+                times[k].append((time.perf_counter() - t) * 1000)
+    os.close(null)
+    for r, t in zip(rows, times):
+        r["interleaved_median_ms"] = median(t)
+
 def perf_works():
     try:
         p = subprocess.run(["perf", "stat", "-x,", "-e", "page-faults", "true"], capture_output=True, text=True)
@@ -228,6 +247,7 @@ def measure(name):
     load_before, settled = settle()
     up_before = uptime()
     hyperfine(rows, name)
+    interleaved(rows)
     faults_and_rss(rows)
     up_after = uptime()
     return {"rows": rows, "load_before": load_before, "settled": settled, "uptime_before": up_before,
@@ -256,7 +276,7 @@ def faults_cell(r):
     return f"{r['faults_rusage']:.0f}"
 
 def label(r):
-    return r["label"].replace("(BASELINE)", "(baseline build)")
+    return r["label"].replace("(BASELINE)", "(" + (os.environ.get("BASELINE_NAME") or "baseline build") + ")")
 
 def load_note(m):
     warn = "" if m["settled"] and m["load_after"] < ncpu else " ⚠ (above the CPU count: not a figure)"
@@ -279,7 +299,9 @@ w("fencerun wraps short cron jobs, so what it costs per run counts. `fencerun -r
 w("-- true` (free lock: connect, acquire, watchdog, run `true`, release) next to `flock FILE true`, bare")
 w("`true`, `etcdctl lock` and the redis-cli script; then start-up alone (`--version`, `--help`, a usage")
 w("error) next to `true`. Mean wall time from `hyperfine -N`, every row of a table in the same hyperfine")
-w("run; page faults of every process of one run (" +
+w("run; then the median of as many interleaved rounds (each command once per round, so load that comes")
+w("and goes on a shared machine falls on every command alike; the start-up ratios are taken from these);")
+w("page faults of every process of one run (" +
   ("`perf stat -e page-faults`, which follows the children" if use_perf else
    "minor + major faults from getrusage, the runner being the subreaper of the run") +
   f", mean of {fault_runs}); peak RSS from ru_maxrss" + (" (`/usr/bin/time -f %M`)" if TIME else "") +
@@ -298,22 +320,23 @@ if os.environ.get("ETCD_NOTE"):
 w("")
 w(f"One locked run of `true` (`hyperfine -N -w {warmup} -r {runs}`; {load_note(locks)}):")
 w("")
-w("| command | mean | vs flock | page faults / run | peak RSS |")
-w("|---|---|---|---|---|")
+w("| command | hyperfine mean | vs flock | interleaved median | vs flock | page faults / run | peak RSS |")
+w("|---|---|---|---|---|---|---|")
 fl = ref(locks["rows"], "flock FILE true")
 for r in locks["rows"]:
-    w(f"| {label(r)} | {fmt_ms(r)} | {r['mean_ms'] / fl['mean_ms']:.2f}x | {faults_cell(r)} | "
-      f"{r['rss_kib'] / 1024:.1f} MiB |")
+    w(f"| {label(r)} | {fmt_ms(r)} | {r['mean_ms'] / fl['mean_ms']:.2f}x | {r['interleaved_median_ms']:.2f} ms | "
+      f"{r['interleaved_median_ms'] / fl['interleaved_median_ms']:.2f}x | {faults_cell(r)} | {r['rss_kib'] / 1024:.1f} MiB |")
 w("")
 w(f"Start-up alone (`hyperfine -N -w {warmup} -r {runs}`; {load_note(startup)}):")
 w("")
-w("| command | mean | vs true | vs true --version | page faults / run | peak RSS |")
-w("|---|---|---|---|---|---|")
+w("| command | hyperfine mean | interleaved median | vs true | vs true --version | page faults / run | peak RSS |")
+w("|---|---|---|---|---|---|---|")
 tr = ref(startup["rows"], "true")
 tv = ref(startup["rows"], "true --version")
 for r in startup["rows"]:
-    w(f"| {label(r)} | {fmt_ms(r)} | {r['mean_ms'] / tr['mean_ms']:.2f}x | {r['mean_ms'] / tv['mean_ms']:.2f}x | "
-      f"{faults_cell(r)} | {r['rss_kib'] / 1024:.1f} MiB |")
+    m = r["interleaved_median_ms"]
+    w(f"| {label(r)} | {fmt_ms(r)} | {m:.2f} ms | {m / tr['interleaved_median_ms']:.2f}x | "
+      f"{m / tv['interleaved_median_ms']:.2f}x | {faults_cell(r)} | {r['rss_kib'] / 1024:.1f} MiB |")
 w("")
 w("`true --version` is GNU true's start-up plus printing (its locale set-up and a few lines of text),")
 w("the reference for fencerun's own printing answers.")
