@@ -71,14 +71,7 @@ peer_port="$(free_port)"; taken+="$peer_port "
 url="redis://127.0.0.1:$redis_port"
 endpoint="http://127.0.0.1:$etcd_port"
 
-redis-server --bind 127.0.0.1 --port "$redis_port" --daemonize yes --pidfile "$work/redis.pid" \
-  --dir "$work" --logfile "$work/redis.log" --save '' --appendonly no >/dev/null
-for _ in $(seq 100); do
-  [[ -s "$work/redis.pid" ]] && redis-cli -p "$redis_port" PING 2>/dev/null | grep -q PONG && break
-  sleep 0.05
-done
-redis_pid="$(cat "$work/redis.pid" 2>/dev/null || true)"
-[[ -n "$redis_pid" ]] || die "redis-server did not start: $(tail -3 "$work/redis.log" 2>/dev/null)"
+start_redis
 
 start_etcd handover
 say "redis-server on $redis_port (pid $redis_pid), etcd on $etcd_port (pid $etcd_pid), work dir $work"

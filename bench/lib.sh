@@ -50,3 +50,16 @@ start_etcd() {
   done
   etcdctl --endpoints="$endpoint" endpoint health >/dev/null 2>&1 || die "etcd did not become healthy"
 }
+
+# start_redis [ARG...]: a redis-server without persistence on 127.0.0.1:$redis_port (its pid file, log
+# and directory in $work), with the extra arguments given; sets redis_pid once it answers PING.
+start_redis() {
+  redis-server --bind 127.0.0.1 --port "$redis_port" --daemonize yes --pidfile "$work/redis.pid" \
+    --dir "$work" --logfile "$work/redis.log" --save '' --appendonly no "$@" >/dev/null
+  for _ in $(seq 100); do
+    [[ -s "$work/redis.pid" ]] && redis-cli -p "$redis_port" PING 2>/dev/null | grep -q PONG && break
+    sleep 0.05
+  done
+  redis_pid="$(cat "$work/redis.pid" 2>/dev/null || true)"
+  [[ -n "$redis_pid" ]] || die "redis-server did not start: $(tail -3 "$work/redis.log" 2>/dev/null)"
+}

@@ -59,14 +59,7 @@ cleanup() {
 trap cleanup EXIT
 
 redis_port="$(free_port)"
-redis-server --bind 127.0.0.1 --port "$redis_port" --daemonize yes --pidfile "$work/redis.pid" \
-  --dir "$work" --logfile "$work/redis.log" --save '' --appendonly no >/dev/null
-for _ in $(seq 100); do
-  [[ -s "$work/redis.pid" ]] && redis-cli -p "$redis_port" PING 2>/dev/null | grep -q PONG && break
-  sleep 0.05
-done
-redis_pid="$(cat "$work/redis.pid" 2>/dev/null || true)"
-[[ -n "$redis_pid" ]] || die "redis-server did not start: $(tail -3 "$work/redis.log" 2>/dev/null)"
+start_redis
 url="redis://127.0.0.1:$redis_port"
 
 endpoint=""

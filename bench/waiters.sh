@@ -103,14 +103,7 @@ load_start="$(cut -d' ' -f1-3 /proc/loadavg)"
 date_start="$(date -u +%Y-%m-%dT%H:%MZ)"
 
 if [[ " $tools " == *" fencerun"* ]]; then
-  redis-server --bind 127.0.0.1 --port "$redis_port" --daemonize yes --pidfile "$work/redis.pid" \
-    --dir "$work" --logfile "$work/redis.log" --save '' --appendonly no --maxclients "$maxclients" >/dev/null
-  for _ in $(seq 100); do
-    [[ -s "$work/redis.pid" ]] && redis-cli -p "$redis_port" PING 2>/dev/null | grep -q PONG && break
-    sleep 0.05
-  done
-  redis_pid="$(cat "$work/redis.pid" 2>/dev/null || true)"
-  [[ -n "$redis_pid" ]] || die "redis-server did not start: $(tail -3 "$work/redis.log" 2>/dev/null)"
+  start_redis --maxclients "$maxclients"
   maxclients="$(redis-cli -p "$redis_port" CONFIG GET maxclients | tail -1)"  # less when file descriptors are short
   say "redis-server accepts $maxclients clients (open files limit $(ulimit -n))"
   "$fencerun" -r "$url" bench-check -- true || die "fencerun -- true failed"
