@@ -218,7 +218,7 @@ Watchdog::Watchdog(int kill_signal, WatchdogTargets targets, std::chrono::millis
   m_pid = g_start == WatchdogStart::fork ? -1 : clone_watchdog(read_end.get(), targets, kill_signal, slack_ns);
   if (m_pid > 0) return;
   m_pid = ::fork();
-  if (m_pid < 0) throw SystemError("fork");
+  if (m_pid < 0) throw SystemError("cannot start the watchdog: fork");
   if (m_pid == 0) watchdog_main(read_end.get(), targets, kill_signal, slack_ns);
 }
 

@@ -58,6 +58,35 @@ TEST_F(SafetyTest, InternalErrorAfterStartKillsTheJobAndReleases) {
   EXPECT_FALSE(redis().exists(lock_key("internal"))) << "the lock was left held";
 }
 
+// 2b. The watchdog is started with clone(CLONE_VM); when that is refused it is forked instead, and it
+// still takes the job down when fencerun is SIGKILLed. fork() is a clone too: refusing every clone
+// leaves no watchdog, and then the command never starts and the lock is released.
+TEST_F(SafetyTest, RefusedWatchdogCloneFallsBackToFork) {
+  if (::access("/usr/bin/strace", X_OK) != 0) GTEST_SKIP() << "strace is not installed";
+  // Without -f only fencerun is traced (strace counts calls per process): its first clone is the
+  // watchdog's, the fork after it is not refused.
+  std::vector<std::string> args = {"strace", "-qq", "-o", "/dev/null", "-e", "trace=clone",
+                                   "-e", "inject=clone:error=EAGAIN:when=1", fencerun_binary()};
+  for (auto& a : sh_args("refused", "sleep 1000 & echo $! > gpid; kill -9 $PPID; wait")) args.push_back(a);
+  auto r = run_program(args, spawn_options(), 30s);
+  auto gpid = wait_for_pid_file(file("gpid"), 2s);
+  ASSERT_TRUE(gpid.has_value()) << "the command did not run with a forked watchdog\n" << r;
+  EXPECT_TRUE(wait_dead(*gpid, 3s)) << "the forked watchdog did not take the job down\n" << r;
+  kill_if_alive(*gpid);
+}
+
+TEST_F(SafetyTest, NoWatchdogMeansNoCommandAndNoLockLeft) {
+  if (::access("/usr/bin/strace", X_OK) != 0) GTEST_SKIP() << "strace is not installed";
+  std::vector<std::string> args = {"strace", "-qq", "-o", "/dev/null", "-e", "trace=clone",
+                                   "-e", "inject=clone:error=EAGAIN", fencerun_binary()};
+  for (auto& a : sh_args("nowatchdog", "echo ran > ran")) args.push_back(a);
+  auto r = run_program(args, spawn_options(), 30s);
+  EXPECT_EQ(r.exit_code, 70) << r;
+  EXPECT_NE(r.err.find("cannot start the watchdog"), std::string::npos) << r;
+  EXPECT_FALSE(std::filesystem::exists(file("ran"))) << "the command ran without a watchdog";
+  EXPECT_FALSE(redis().exists(lock_key("nowatchdog"))) << "the lock was left held";
+}
+
 // 3. fencerun stopped for longer than the TTL: the watchdog kills the job before the lease can expire.
 TEST_F(SafetyTest, StoppedFencerunStillStopsTheJobBeforeTheLeaseExpires) {
   auto p = start(sh_args("frozen", kHoldWithGrandchild, {"--ttl", "1500ms"}));
