@@ -106,7 +106,7 @@ std::expected<pid_t, SpawnError> Supervisor::start(std::vector<std::string> argv
                           m_cgroup ? m_cgroup->procs_read_fd() : -1, m_cgroup ? m_cgroup->path().c_str() : nullptr,
                           m_tree ? ::getpid() : 0};
   m_watchdog.emplace(m_policy.kill_signal, targets, slack);
-  m_watchdog_pid = m_watchdog->pid();
+  m_watchdog_pid = m_watchdog->pid_slot();
   SpawnRequest request;
   request.argv = std::move(argv);
   request.env = std::move(env);
@@ -187,7 +187,7 @@ bool Supervisor::job_alive() const {
   if (m_cgroup && m_cgroup->populated()) return true;
   if (m_tree) {
     pid_t one;
-    return proctree::descendants(::getpid(), m_watchdog_pid, &one, 1) > 0;
+    return proctree::descendants(::getpid(), watchdog_pid(), &one, 1) > 0;
   }
   if (m_foreground) return false;  // the job is its cgroup; fencerun's own group is the caller's
   return ::kill(-m_pid, 0) == 0 || errno == EPERM;
@@ -198,7 +198,7 @@ void Supervisor::signal_job(int signo) {
   if (signo == SIGKILL && m_cgroup) m_cgroup->kill();
   if (m_tree) {
     // Never the process group: it is fencerun's own and the caller's.
-    proctree::signal_descendants(::getpid(), m_watchdog_pid, signo);
+    proctree::signal_descendants(::getpid(), watchdog_pid(), signo);
     return;
   }
   if (m_foreground) {

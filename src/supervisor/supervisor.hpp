@@ -11,6 +11,7 @@
 // SIGKILLs it and waits for it. Knows nothing of Redis.
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <expected>
 #include <functional>
@@ -80,7 +81,10 @@ class Supervisor {
   bool m_gone = false;  // every process of the job was seen gone
   bool m_foreground = false;  // a terminal's foreground job sharing fencerun's group
   bool m_tree = false;        // ... contained as fencerun's descendants, for want of a cgroup
-  pid_t m_watchdog_pid = -1;
+  // Follows the watchdog when it moves into a memory of its own (a new pid); valid after m_watchdog
+  // is dropped. Its subtree is left out of the job's process tree.
+  const std::atomic<pid_t>* m_watchdog_pid = nullptr;
+  pid_t watchdog_pid() const { return m_watchdog_pid ? m_watchdog_pid->load() : -1; }
   pid_t m_pid = -1;
   int m_tty = -1;
   bool m_exited = false;

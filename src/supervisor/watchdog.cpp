@@ -9,9 +9,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <iterator>
+#include <new>
 
 #include "supervisor/cgroup.hpp"
 #include "supervisor/proctree.hpp"
@@ -22,6 +24,7 @@ namespace fencerun::supervisor {
 namespace {
 
 WatchdogStart g_start = WatchdogStart::clone;
+std::chrono::milliseconds g_detach_after{100};
 
 std::int64_t to_ns(Deadline d) { return d.time_since_epoch().count(); }
 
@@ -52,7 +55,12 @@ void remove_cgroup(const WatchdogTargets& targets) {
 
 // Only raw system calls from here on (sys.hpp): the watchdog may share fencerun's memory and
 // thread-local storage, and the parent may have been multi-threaded at fork.
-[[noreturn]] void watchdog_main(int read_fd, const WatchdogTargets& targets, int kill_signal, std::int64_t slack_ns) {
+// `shared_pid` (a cloned watchdog only): where fencerun reads the watchdog's pid. Such a watchdog
+// moves into a memory of its own `detach_after_ns` after its start (it forks, and the copy carries
+// on), so that the OOM killer, which kills every process sharing its victim's memory, no longer takes
+// it with fencerun; short runs end before that and never pay for the copy.
+[[noreturn]] void watchdog_main(int read_fd, const WatchdogTargets& targets, int kill_signal, std::int64_t slack_ns,
+                                std::atomic<pid_t>* shared_pid = nullptr, std::int64_t detach_after_ns = 0) {
   const int cgroup_kill_fd = targets.cgroup_kill_fd;
   const int cgroup_procs_fd = targets.cgroup_procs_fd;
   sys::block_all_signals();
@@ -70,6 +78,7 @@ void remove_cgroup(const WatchdogTargets& targets) {
   int timer = sys::timerfd_create(CLOCK_BOOTTIME, TFD_CLOEXEC | TFD_NONBLOCK);
   if (timer < 0) timer = -1;
 
+  std::int64_t detach_at = shared_pid && detach_after_ns > 0 ? sys::boot_ns() + detach_after_ns : 0;
   pid_t pid = 0;
   std::int64_t stop_ns = 0, kill_ns = 0;
   bool parent_stopping = false, sent_stop = false, sent_kill = false;
@@ -126,6 +135,17 @@ void remove_cgroup(const WatchdogTargets& targets) {
       }
     }
     std::int64_t now = sys::boot_ns();
+    if (detach_at > 0 && now >= detach_at) {
+      detach_at = 0;
+      long copy = sys::fork_process();
+      if (copy > 0) {
+        // The copy carries on (it holds the pipe, the timer and the state); fencerun, a subreaper,
+        // becomes its parent once this one is gone, and learns its pid first.
+        shared_pid->store(static_cast<pid_t>(copy));
+        sys::exit_process(0);
+      }
+      // 0: this is the copy, in a memory of its own. < 0: it stays as it is.
+    }
     if (pid > 0 && stop_ns > 0 && !sent_stop && !parent_stopping && now >= stop_ns + slack_ns) {
       hit(kill_signal);
       hit(SIGCONT);  // a stopped job must be able to run its handler in the grace time
@@ -138,6 +158,7 @@ void remove_cgroup(const WatchdogTargets& targets) {
     std::int64_t next = 0;
     if (pid > 0 && stop_ns > 0 && !sent_stop && !parent_stopping) next = stop_ns + slack_ns;
     if (pid > 0 && kill_ns > 0 && !sent_kill) next = next ? std::min(next, kill_ns) : kill_ns;
+    if (detach_at > 0) next = next ? std::min(next, detach_at) : detach_at;
     itimerspec spec{};
     if (next > 0) {
       spec.it_value.tv_sec = next / 1'000'000'000;
@@ -156,9 +177,11 @@ void remove_cgroup(const WatchdogTargets& targets) {
 // What a watchdog started with clone() gets, on its own stack: it shares fencerun's memory, so it
 // must not read anything fencerun may later change or free.
 struct CloneStart {
+  std::atomic<pid_t> current_pid;  // written by the watchdog when it moves (watchdog_main), read by fencerun
   int read_fd;
   int kill_signal;
   std::int64_t slack_ns;
+  std::int64_t detach_after_ns;
   WatchdogTargets targets;
   char cgroup_path[4096];
 };
@@ -166,7 +189,8 @@ struct CloneStart {
 int clone_main(void* arg) {
   auto* start = static_cast<CloneStart*>(arg);
   start->targets.cgroup_path = start->cgroup_path[0] != '\0' ? start->cgroup_path : nullptr;
-  watchdog_main(start->read_fd, start->targets, start->kill_signal, start->slack_ns);
+  watchdog_main(start->read_fd, start->targets, start->kill_signal, start->slack_ns, &start->current_pid,
+                start->detach_after_ns);
 }
 
 // The watchdog's stack: its pages are only faulted in as it uses them (signal_descendants needs about
@@ -178,30 +202,36 @@ constexpr std::size_t k_clone_stack = 256 * 1024;
 // alive), that shares fencerun's memory instead of copying it. A fork marked every writable page of
 // fencerun copy-on-write, and both processes then faulted on each page they touched; on a short run
 // that cost more than the rest of the run together. Returns the pid, or -1 (then fork).
-pid_t clone_watchdog(int read_fd, const WatchdogTargets& targets, int kill_signal, std::int64_t slack_ns) {
-  if (!sys::k_raw) return -1;
-  if (targets.cgroup_path && std::strlen(targets.cgroup_path) >= sizeof(CloneStart::cgroup_path)) return -1;
+// Returns the block whose current_pid follows the watchdog, or nullptr (then fork).
+CloneStart* clone_watchdog(int read_fd, const WatchdogTargets& targets, int kill_signal, std::int64_t slack_ns) {
+  if (!sys::k_raw) return nullptr;
+  if (targets.cgroup_path && std::strlen(targets.cgroup_path) >= sizeof(CloneStart::cgroup_path)) return nullptr;
   void* stack = ::mmap(nullptr, k_clone_stack, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
-  if (stack == MAP_FAILED) return -1;
+  if (stack == MAP_FAILED) return nullptr;
   ::mprotect(stack, 4096, PROT_NONE);  // a guard page below the stack
   // The start block sits at the top of the region, the stack grows down from below it.
   char* top = static_cast<char*>(stack) + k_clone_stack;
-  auto* start = reinterpret_cast<CloneStart*>(
-      (reinterpret_cast<std::uintptr_t>(top) - sizeof(CloneStart)) & ~std::uintptr_t{63});
+  auto* start = new (reinterpret_cast<void*>(
+      (reinterpret_cast<std::uintptr_t>(top) - sizeof(CloneStart)) & ~std::uintptr_t{63})) CloneStart;
   start->read_fd = read_fd;
+  start->detach_after_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(g_detach_after).count();
   start->kill_signal = kill_signal;
   start->slack_ns = slack_ns;
   start->targets = targets;
   start->cgroup_path[0] = '\0';
   if (targets.cgroup_path) std::strcpy(start->cgroup_path, targets.cgroup_path);
   void* stack_top = reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(start) & ~std::uintptr_t{15});
+  // The pid is stored before the watchdog can move: it is read and written by both sides afterwards.
+  start->current_pid.store(0);
   pid_t pid = ::clone(clone_main, stack_top, CLONE_VM | SIGCHLD, start);
   if (pid < 0) {
     ::munmap(stack, k_clone_stack);
-    return -1;
+    return nullptr;
   }
-  return pid;
+  pid_t expected = 0;
+  start->current_pid.compare_exchange_strong(expected, pid);
+  return start;
 }
 
 }  // namespace
@@ -215,12 +245,21 @@ Watchdog::Watchdog(int kill_signal, WatchdogTargets targets, std::chrono::millis
   // the update, and the watchdog acts on the points it already has, which only errs on the safe side.
   ::fcntl(fds[1], F_SETFL, O_NONBLOCK);
   const std::int64_t slack_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(slack).count();
-  m_pid = g_start == WatchdogStart::fork ? -1 : clone_watchdog(read_end.get(), targets, kill_signal, slack_ns);
-  if (m_pid > 0) return;
-  m_pid = ::fork();
-  if (m_pid < 0) throw SystemError("cannot start the watchdog: fork");
-  if (m_pid == 0) watchdog_main(read_end.get(), targets, kill_signal, slack_ns);
+  if (g_start == WatchdogStart::clone) {
+    if (CloneStart* start = clone_watchdog(read_end.get(), targets, kill_signal, slack_ns)) {
+      m_pid = &start->current_pid;
+      return;
+    }
+  }
+  pid_t pid = ::fork();
+  if (pid < 0) throw SystemError("cannot start the watchdog: fork");
+  if (pid == 0) watchdog_main(read_end.get(), targets, kill_signal, slack_ns);
+  // Outlives this object, as the cloned watchdog's block does (Supervisor reads it after dropping
+  // the Watchdog): one small allocation per run, never freed.
+  m_pid = new std::atomic<pid_t>(pid);
 }
+
+void set_watchdog_detach_delay(std::chrono::milliseconds delay) { g_detach_after = delay; }
 
 void set_watchdog_start(WatchdogStart how) { g_start = how; }
 

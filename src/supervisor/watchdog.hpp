@@ -13,13 +13,16 @@
 // It is started with clone(CLONE_VM), like a thread but as a process of its own: it shares fencerun's
 // memory instead of copying it (a fork's copy-on-write faults cost more than the rest of a short run),
 // runs on a stack of its own and makes only raw system calls (sys.hpp). It survives a SIGKILL or
-// SIGSTOP of fencerun. What it cannot survive: the kernel's OOM killer kills every process that shares
-// the victim's memory, so an OOM kill of fencerun takes the watchdog too (the command still gets
-// SIGKILL from its parent-death signal); so does a core dump of fencerun on kernels before 5.16.
+// SIGSTOP of fencerun. The kernel's OOM killer, though, kills every process that shares the victim's
+// memory (and so does a core dump on kernels before 5.16): once the job has run for 100 ms, the
+// watchdog forks itself into a memory of its own and the copy carries on, under a new pid (pid()).
+// Short runs end before that and never pay for the copy.
 // Where sys.hpp has no raw system calls for the machine, or clone fails, it is forked (then while
 // fencerun has a single thread).
 #include <sys/types.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 
 #include "util/clock.hpp"
@@ -48,6 +51,8 @@ struct WatchdogTargets {
 };
 
 enum class WatchdogStart { clone, fork };
+// How long a cloned watchdog shares fencerun's memory before it moves into its own (default 100 ms).
+void set_watchdog_detach_delay(std::chrono::milliseconds delay);
 // How the next watchdogs start (tests use fork to cover that path too). Not thread-safe.
 void set_watchdog_start(WatchdogStart how);
 
@@ -65,7 +70,10 @@ class Watchdog {
 
   // The pipe's write end (close-on-exec), for the child to send its own guard message before exec.
   int fd() const { return m_pipe.get(); }
-  pid_t pid() const { return m_pid; }
+  // The watchdog's pid. A cloned watchdog moves into a memory of its own once the job has run a
+  // while, under a new pid: this follows it. pid_slot() stays valid after the Watchdog is gone.
+  pid_t pid() const { return m_pid->load(); }
+  const std::atomic<pid_t>* pid_slot() const { return m_pid; }
   static WatchMessage guard_message(pid_t pgid, Deadline stop_at, Deadline kill_at);
 
   // From now on, guard process group `pgid` (without a deadline unless one is given).
@@ -81,7 +89,7 @@ class Watchdog {
  private:
   void send(const WatchMessage& m);
   UniqueFd m_pipe;
-  pid_t m_pid = -1;
+  std::atomic<pid_t>* m_pid = nullptr;
 };
 
 }  // namespace fencerun::supervisor

@@ -243,23 +243,32 @@ pid_t watchdog_of(pid_t fencerun) {
   return -1;
 }
 
-void pause_owner(pid_t fencerun) {
+// The watchdog's process group: a watchdog that moves into a memory of its own (a new pid, first a
+// child of the old one) stays in it, so a signal to the group reaches it wherever it is.
+pid_t watchdog_group_of(pid_t fencerun) {
   pid_t w = watchdog_of(fencerun);
-  if (w > 0) ::kill(w, SIGSTOP);
+  if (w <= 0) return -1;
+  pid_t g = ::getpgid(w);
+  return g > 0 ? g : -1;
+}
+
+void pause_owner(pid_t fencerun) {
+  pid_t g = watchdog_group_of(fencerun);
+  if (g > 0) ::kill(-g, SIGSTOP);
   ::kill(fencerun, SIGSTOP);
 }
 
 void resume_owner(pid_t fencerun) {
   ::kill(fencerun, SIGCONT);
-  pid_t w = watchdog_of(fencerun);
-  if (w > 0) ::kill(w, SIGCONT);
+  pid_t g = watchdog_group_of(fencerun);
+  if (g > 0) ::kill(-g, SIGCONT);
 }
 
 // The whole owner pauses, as a stopped VM or a long GC pause of the host would: fencerun, its
 // watchdog (which would otherwise stop the command at the lease deadline on its own) and the command.
 void Owner::freeze() {
-  m_watchdog = watchdog_of(m_proc->pid());
-  if (m_watchdog > 0) ::kill(m_watchdog, SIGSTOP);
+  m_watchdog = watchdog_group_of(m_proc->pid());
+  if (m_watchdog > 0) ::kill(-m_watchdog, SIGSTOP);
   ::kill(m_proc->pid(), SIGSTOP);
   ::kill(-m_pgid, SIGSTOP);
   bool ok = wait_until([&] { return stopped(m_proc->pid()) && stopped(m_cmd_pid); }, 5s, 1ms);
@@ -274,7 +283,7 @@ void Owner::freeze() {
 void Owner::thaw_command() { ::kill(-m_pgid, SIGCONT); }
 void Owner::thaw_fencerun() {
   ::kill(m_proc->pid(), SIGCONT);
-  if (m_watchdog > 0) ::kill(m_watchdog, SIGCONT);
+  if (m_watchdog > 0) ::kill(-m_watchdog, SIGCONT);
 }
 
 std::optional<int> Owner::finish(Clock::duration timeout) {

@@ -229,7 +229,7 @@ class Owner {
   UniqueFd m_ctl;  // the request FIFO, held open read-write (so neither side blocks on open)
   std::unique_ptr<FencerunProcess> m_proc;
   pid_t m_cmd_pid = -1;
-  pid_t m_watchdog = -1;
+  pid_t m_watchdog = -1;  // the watchdog's process group, while frozen
   pid_t m_pgid = -1;
   long long m_token = 0;
   int m_writes = 0;

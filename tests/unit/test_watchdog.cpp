@@ -47,7 +47,8 @@ struct Scene {
   pid_t orphan = -1;   // the background grandchild
 };
 
-Scene start_scene(bool disarm, WatchdogStart how) {
+// moved: the parent waits until its cloned watchdog has moved into a memory of its own.
+Scene start_scene(bool disarm, WatchdogStart how, bool moved = false) {
   std::string pattern = (fs::temp_directory_path() / "fencerun-unit.XXXXXX").string();
   if (::mkdtemp(pattern.data()) == nullptr) return {};
   fs::path dir = pattern;
@@ -60,7 +61,13 @@ Scene start_scene(bool disarm, WatchdogStart how) {
   if (parent == 0) {
     ::close(fds[0]);
     fencerun::supervisor::set_watchdog_start(how);
+    if (moved) fencerun::supervisor::set_watchdog_detach_delay(std::chrono::milliseconds(20));
     Watchdog watchdog;
+    if (moved) {
+      pid_t first = watchdog.pid();
+      for (int i = 0; i < 500 && watchdog.pid() == first; ++i) ::usleep(10'000);
+      if (watchdog.pid() == first) ::_exit(3);
+    }
     SpawnRequest request;
     request.argv = {"/bin/sh", "-c", "sleep 30 & echo $! > \"$0\"; wait", orphan_file.string()};
     request.env = {"PATH=/usr/bin:/bin"};
@@ -137,6 +144,7 @@ TEST_P(WatchdogStarts, leaves_the_group_alone_once_disarmed) {
 // a forked one does not.
 TEST_P(WatchdogStarts, shares_the_parents_memory_only_when_cloned) {
   fencerun::supervisor::set_watchdog_start(GetParam());
+  fencerun::supervisor::set_watchdog_detach_delay(std::chrono::hours(1));  // it must not move meanwhile
   pid_t watchdog_pid = -1;
   long same = -1;
   {
@@ -147,6 +155,7 @@ TEST_P(WatchdogStarts, shares_the_parents_memory_only_when_cloned) {
     watchdog.disarm();
   }
   fencerun::supervisor::set_watchdog_start(WatchdogStart::clone);
+  fencerun::supervisor::set_watchdog_detach_delay(std::chrono::milliseconds(100));
   int status = 0;
   ASSERT_EQ(::waitpid(watchdog_pid, &status, 0), watchdog_pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
@@ -159,6 +168,7 @@ TEST_P(WatchdogStarts, shares_the_parents_memory_only_when_cloned) {
 // thread's errno. It makes only raw system calls, so errno stays what this thread set.
 TEST_P(WatchdogStarts, never_writes_the_starting_threads_errno) {
   fencerun::supervisor::set_watchdog_start(GetParam());
+  fencerun::supervisor::set_watchdog_detach_delay(std::chrono::hours(1));  // it shares the memory throughout
   pid_t watchdog_pid = -1;
   int changed = 0;
   {
@@ -175,8 +185,56 @@ TEST_P(WatchdogStarts, never_writes_the_starting_threads_errno) {
     watchdog.disarm();
   }
   fencerun::supervisor::set_watchdog_start(WatchdogStart::clone);
+  fencerun::supervisor::set_watchdog_detach_delay(std::chrono::milliseconds(100));
   int status = 0;
   ASSERT_EQ(::waitpid(watchdog_pid, &status, 0), watchdog_pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   EXPECT_EQ(changed, 0) << "errno changed under this thread while the watchdog ran";
+}
+
+// The OOM killer kills every process sharing its victim's memory: once the job has run a while, a
+// cloned watchdog forks itself into a memory of its own, the copy carries on under a new pid, and
+// pid() follows it.
+TEST(watchdog, moves_into_a_memory_of_its_own_once_the_job_has_run_a_while) {
+  Subreaper reaper;  // the copy is re-parented here when the first watchdog exits
+  fencerun::supervisor::set_watchdog_start(WatchdogStart::clone);
+  fencerun::supervisor::set_watchdog_detach_delay(std::chrono::milliseconds(30));
+  pid_t first = -1, moved = -1;
+  long same_first = -1, same_moved = -1;
+  {
+    Watchdog watchdog;
+    first = watchdog.pid();
+    same_first = ::syscall(SYS_kcmp, ::getpid(), first, KCMP_VM, 0, 0);
+    if (same_first < 0 && (errno == ENOSYS || errno == EPERM)) {
+      watchdog.disarm();
+      fencerun::supervisor::set_watchdog_detach_delay(std::chrono::milliseconds(100));
+      GTEST_SKIP() << "kcmp(2) is not available here";
+    }
+    for (int i = 0; i < 500 && watchdog.pid() == first; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    moved = watchdog.pid();
+    if (moved != first) same_moved = ::syscall(SYS_kcmp, ::getpid(), moved, KCMP_VM, 0, 0);
+    watchdog.disarm();
+  }
+  fencerun::supervisor::set_watchdog_detach_delay(std::chrono::milliseconds(100));
+  ASSERT_NE(moved, first) << "the watchdog never moved into a memory of its own";
+  EXPECT_EQ(same_first, 0) << "the watchdog did not start in the parent's memory";
+  EXPECT_NE(same_moved, 0) << "the moved watchdog still shares the parent's memory";
+  auto first_end = wait_for_end(first, std::chrono::seconds(5));
+  ASSERT_TRUE(first_end.has_value());
+  EXPECT_TRUE(WIFEXITED(*first_end) && WEXITSTATUS(*first_end) == 0);
+  auto moved_end = wait_for_end(moved, std::chrono::seconds(5));  // disarmed: it exits quietly
+  ASSERT_TRUE(moved_end.has_value()) << "the moved watchdog did not take the disarm";
+  EXPECT_TRUE(WIFEXITED(*moved_end) && WEXITSTATUS(*moved_end) == 0);
+}
+
+TEST(watchdog, kills_the_whole_group_when_its_parent_dies_after_it_moved) {
+  Subreaper reaper;
+  Scene scene = start_scene(false, WatchdogStart::clone, true);
+  ASSERT_GT(scene.group, 0);
+  ASSERT_GT(scene.orphan, 0);
+  kill_parent(scene);
+  auto status = wait_for_end(scene.orphan, std::chrono::seconds(5));
+  if (!status) ::kill(-scene.group, SIGKILL);
+  ASSERT_TRUE(status.has_value()) << "a process of the command's group outlived the parent of a moved watchdog";
+  EXPECT_EQ(WTERMSIG(*status), SIGKILL);
 }
