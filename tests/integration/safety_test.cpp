@@ -1,8 +1,10 @@
 // The safety invariant on every path: whatever happens to fencerun (a late reply, an internal error,
 // SIGSTOP, SIGKILL right after the start, closed stdio, unexpected signals), no process of the job
 // runs on without a lease, no lock is left held, and the caller hears about a lost lease.
+#include <linux/kcmp.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 
 #include <fstream>
 #include <sstream>
@@ -85,6 +87,34 @@ TEST_F(SafetyTest, NoWatchdogMeansNoCommandAndNoLockLeft) {
   EXPECT_NE(r.err.find("cannot start the watchdog"), std::string::npos) << r;
   EXPECT_FALSE(std::filesystem::exists(file("ran"))) << "the command ran without a watchdog";
   EXPECT_FALSE(redis().exists(lock_key("nowatchdog"))) << "the lock was left held";
+}
+
+// 2c. Once the job has run a while, the watchdog lives in a memory of its own (so that the OOM killer
+// does not take it with fencerun), and it still takes the whole job down when fencerun is SIGKILLed.
+TEST_F(SafetyTest, WatchdogOfALongerJobHasItsOwnMemoryAndStillEndsTheJob) {
+  auto p = start(sh_args("moved", kHoldWithGrandchild));
+  pid_t pid = wait_pid("pid");
+  pid_t gpid = wait_pid("gpid");
+  const std::string children = "/proc/" + std::to_string(p->pid()) + "/task/" + std::to_string(p->pid()) + "/children";
+  pid_t watchdog = -1;
+  long same = -1;
+  bool moved = wait_until([&] {
+    std::ifstream in(children);
+    for (pid_t c; in >> c;) {
+      std::ifstream comm("/proc/" + std::to_string(c) + "/comm");
+      std::string name;
+      if (!std::getline(comm, name) || name != "fencerun-watch") continue;
+      watchdog = c;
+      same = ::syscall(SYS_kcmp, p->pid(), c, KCMP_VM, 0, 0);
+      if (same != 0) return true;
+    }
+    return false;
+  }, 5s, 10ms);
+  if (same < 0 && (errno == ENOSYS || errno == EPERM)) GTEST_SKIP() << "kcmp(2) is not available here";
+  EXPECT_TRUE(moved) << "the watchdog (" << watchdog << ") still shares fencerun's memory";
+  ASSERT_TRUE(p->signal(SIGKILL));
+  EXPECT_TRUE(wait_dead(pid, 3s)) << "the command outlived fencerun";
+  EXPECT_TRUE(wait_dead(gpid, 3s)) << "the grandchild outlived fencerun";
 }
 
 // 3. fencerun stopped for longer than the TTL: the watchdog kills the job before the lease can expire.
