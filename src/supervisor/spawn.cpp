@@ -71,7 +71,8 @@ struct ChildSetup : bp::extend::handler {
       timespec ts{};
       ::clock_gettime(CLOCK_BOOTTIME, &ts);
       if (static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec >= exec_before_ns) {
-        e.set_error(std::error_code(ETIME, std::system_category()), "lease deadline passed before exec");
+        // A message short enough for std::string's inline buffer: nothing is allocated in this child.
+        e.set_error(std::error_code(ETIME, std::system_category()), "too late");
         ::_exit(EXIT_FAILURE);
       }
     }

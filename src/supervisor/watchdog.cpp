@@ -201,8 +201,8 @@ constexpr std::size_t k_clone_stack = 256 * 1024;
 // state and descriptor table; it survives a SIGKILL or SIGSTOP of fencerun, and keeps the memory
 // alive), that shares fencerun's memory instead of copying it. A fork marked every writable page of
 // fencerun copy-on-write, and both processes then faulted on each page they touched; on a short run
-// that cost more than the rest of the run together. Returns the pid, or -1 (then fork).
-// Returns the block whose current_pid follows the watchdog, or nullptr (then fork).
+// that cost more than the rest of the run together. Returns the block whose current_pid follows the
+// watchdog, or nullptr (then fork).
 CloneStart* clone_watchdog(int read_fd, const WatchdogTargets& targets, int kill_signal, std::int64_t slack_ns) {
   if (!sys::k_raw) return nullptr;
   if (targets.cgroup_path && std::strlen(targets.cgroup_path) >= sizeof(CloneStart::cgroup_path)) return nullptr;

@@ -22,6 +22,14 @@ class SafetyTest : public FencerunTest {
     return wait_until([&] { return !redis().exists(lock_key(name)); }, timeout);
   }
   void write_script(std::string_view name, std::string_view text) const { write_file(file(name), text, 0755); }
+  // fencerun under strace with `trace` options (a fault to inject), running `script` under lock `name`.
+  std::vector<std::string> under_strace(std::vector<std::string> trace, std::string name, std::string script) {
+    std::vector<std::string> args = {"strace", "-qq", "-o", "/dev/null"};
+    args.insert(args.end(), trace.begin(), trace.end());
+    args.push_back(fencerun_binary());
+    for (auto& a : sh_args(std::move(name), std::move(script))) args.push_back(a);
+    return args;
+  }
   std::string redis_cli() const { return "redis-cli -p " + std::to_string(const_cast<SafetyTest*>(this)->redis().port()); }
 };
 
@@ -46,10 +54,9 @@ TEST_F(SafetyTest, InternalErrorAfterStartKillsTheJobAndReleases) {
   if (::access("/usr/bin/strace", X_OK) != 0) GTEST_SKIP() << "strace is not installed";
   // clone3 is what pthread_create uses (fork uses clone): fail it after 500ms, by which time the
   // command has started a background grandchild.
-  std::vector<std::string> args = {"strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=clone3",
-                                   "-e", "inject=clone3:error=EAGAIN:delay_enter=500000", fencerun_binary()};
-  for (auto& a : sh_args("internal", kHoldWithGrandchild)) args.push_back(a);
-  auto r = run_program(args, spawn_options(), 30s);
+  auto r = run_program(under_strace({"-f", "-e", "trace=clone3", "-e", "inject=clone3:error=EAGAIN:delay_enter=500000"},
+                                    "internal", kHoldWithGrandchild),
+                       spawn_options(), 30s);
   EXPECT_EQ(r.exit_code, 70) << r;
   auto pid = wait_for_pid_file(file("pid"), 1s);
   auto gpid = wait_for_pid_file(file("gpid"), 1s);
@@ -67,10 +74,9 @@ TEST_F(SafetyTest, RefusedWatchdogCloneFallsBackToFork) {
   if (::access("/usr/bin/strace", X_OK) != 0) GTEST_SKIP() << "strace is not installed";
   // Without -f only fencerun is traced (strace counts calls per process): its first clone is the
   // watchdog's, the fork after it is not refused.
-  std::vector<std::string> args = {"strace", "-qq", "-o", "/dev/null", "-e", "trace=clone",
-                                   "-e", "inject=clone:error=EAGAIN:when=1", fencerun_binary()};
-  for (auto& a : sh_args("refused", "sleep 1000 & echo $! > gpid; kill -9 $PPID; wait")) args.push_back(a);
-  auto r = run_program(args, spawn_options(), 30s);
+  auto r = run_program(under_strace({"-e", "trace=clone", "-e", "inject=clone:error=EAGAIN:when=1"}, "refused",
+                                    "sleep 1000 & echo $! > gpid; kill -9 $PPID; wait"),
+                       spawn_options(), 30s);
   auto gpid = wait_for_pid_file(file("gpid"), 2s);
   ASSERT_TRUE(gpid.has_value()) << "the command did not run with a forked watchdog\n" << r;
   EXPECT_TRUE(wait_dead(*gpid, 3s)) << "the forked watchdog did not take the job down\n" << r;
@@ -79,10 +85,9 @@ TEST_F(SafetyTest, RefusedWatchdogCloneFallsBackToFork) {
 
 TEST_F(SafetyTest, NoWatchdogMeansNoCommandAndNoLockLeft) {
   if (::access("/usr/bin/strace", X_OK) != 0) GTEST_SKIP() << "strace is not installed";
-  std::vector<std::string> args = {"strace", "-qq", "-o", "/dev/null", "-e", "trace=clone",
-                                   "-e", "inject=clone:error=EAGAIN", fencerun_binary()};
-  for (auto& a : sh_args("nowatchdog", "echo ran > ran")) args.push_back(a);
-  auto r = run_program(args, spawn_options(), 30s);
+  auto r = run_program(under_strace({"-e", "trace=clone", "-e", "inject=clone:error=EAGAIN"}, "nowatchdog",
+                                    "echo ran > ran"),
+                       spawn_options(), 30s);
   EXPECT_EQ(r.exit_code, 70) << r;
   EXPECT_NE(r.err.find("cannot start the watchdog"), std::string::npos) << r;
   EXPECT_FALSE(std::filesystem::exists(file("ran"))) << "the command ran without a watchdog";
