@@ -6,7 +6,7 @@ __fencerun_takes_value()
     case $1 in
         -r | --redis | -t | --ttl | --renew | --grace | --kill-signal | -w | --wait | -E | \
             --conflict-exit-code | --lease-lost-exit-code | --timeout | --key-prefix | --log-format | \
-            --metrics-file | --min-replicas | --replica-timeout | --tls-ca-file | --tls-cert | \
+            --metrics-file | --min-replicas | --replica-timeout | --limit | --tls-ca-file | --tls-cert | \
             --tls-key | --tls-server-name | --token | --resource)
             return 0
             ;;
@@ -65,6 +65,11 @@ _fencerun()
             COMPREPLY=($(compgen -W '0 10s 1m 10m inf' -- "$cur"))
             return
             ;;
+        --limit)
+            # A whole number from 1 to 1024; offer a few.
+            COMPREPLY=($(compgen -W '1 2 3 4 8 16' -- "$cur"))
+            return
+            ;;
         --metrics-file | --tls-ca-file | --tls-cert | --tls-key)
             _filedir
             return
@@ -83,7 +88,7 @@ _fencerun()
 
     local connection='-r --redis --timeout --key-prefix --tls-ca-file --tls-cert --tls-key
         --tls-server-name --tls-insecure -v --verbose -q --quiet --log-format -h --help'
-    local run_opts='-t --ttl --renew --grace --kill-signal -w --wait --fair -E --conflict-exit-code
+    local run_opts='-t --ttl --renew --grace --kill-signal -w --wait --fair --limit -E --conflict-exit-code
         --lease-lost-exit-code --shell --metrics-file --min-replicas --replica-timeout'
 
     if [[ $cur == -* ]]; then

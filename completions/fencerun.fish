@@ -18,7 +18,7 @@ function __fencerun_first_word
         switch $t
             case --
                 return 1
-            case -r --redis -t --ttl --renew --grace --kill-signal -w --wait -E --conflict-exit-code --lease-lost-exit-code --timeout --key-prefix --log-format --metrics-file --min-replicas --replica-timeout --tls-ca-file --tls-cert --tls-key --tls-server-name
+            case -r --redis -t --ttl --renew --grace --kill-signal -w --wait -E --conflict-exit-code --lease-lost-exit-code --timeout --key-prefix --log-format --metrics-file --min-replicas --replica-timeout --limit --tls-ca-file --tls-cert --tls-key --tls-server-name
                 set skip 1
             case '-*'
             case '*'
@@ -116,6 +116,7 @@ complete -c fencerun -n $run_cond -l grace -x -d 'Time between the stop signal a
 complete -c fencerun -n $run_cond -l kill-signal -x -a 'HUP INT QUIT KILL TERM USR1 USR2 ALRM ABRT PIPE CONT STOP TSTP WINCH' -d 'First signal sent to the command'
 complete -c fencerun -n $run_cond -s w -l wait -x -a '0 10s 1m 10m inf' -d 'How long to wait for a busy lock'
 complete -c fencerun -n $run_cond -l fair -d 'Acquire in the order waiters began waiting'
+complete -c fencerun -n $run_cond -l limit -x -a '1 2 3 4 8 16' -d 'Up to N holders at once, each in a slot (1 to 1024)'
 complete -c fencerun -n $run_cond -s E -l conflict-exit-code -x -d 'Exit code when the lock is busy'
 complete -c fencerun -n $run_cond -l lease-lost-exit-code -x -d 'Exit code when the lease was lost'
 complete -c fencerun -n $run_cond -l shell -d 'Run COMMAND through /bin/sh -c'
