@@ -637,14 +637,14 @@ def cmd_report(a):
     w("The script's waiting figure is its `sh` alone; it starts a `redis-cli` every 100 ms as well.")
     w("")
 
-    # The sections other scripts write between their markers (bench/waiters.sh, bench/startup.sh) are
-    # kept as they are, in that order:
+    # The sections other scripts write between their markers (bench/waiters.sh, bench/startup.sh,
+    # bench/limit.sh) are kept as they are, in that order:
     # each starts with its begin marker (its heading comes after it).
     kept = ""
     try:
         with open(a.doc) as f:
             old = f.read()
-        for tag in ("waiters", "startup"):
+        for tag in ("waiters", "startup", "limit"):
             begin, end = old.find(f"<!-- {tag}:begin -->"), old.find(f"<!-- {tag}:end -->")
             if begin >= 0 and end > begin:
                 kept += old[begin:end + len(f"<!-- {tag}:end -->")] + "\n"
