@@ -23,10 +23,10 @@ std::string glob_escape(const std::string& s) {
 std::string acl_rule(const std::string& key_prefix, bool delex) {
   std::string p = glob_escape(key_prefix);
   std::string rule = "resetkeys ~" + p + "* resetchannels &" + p + "* -@all";
-  // Sent by fencerun itself: scripts, the status query, connection set-up, Sentinel/Cluster, WAIT.
+  // Sent by fencerun itself: scripts, the status query (+zcard), connection set-up, Sentinel/Cluster, WAIT.
   rule += " +evalsha +eval +get +pttl +select +role +asking +wait +subscribe +publish";
   // Run inside the acquire, renew, release, leave and wake scripts (the wait queue included).
-  rule += " +set +time +pexpire +del +exists +zadd +zrank +zcard +zrange +zrem +incr";
+  rule += " +set +time +pexpire +del +exists +zadd +zrank +zcard +zrange +zrem +incr +zscore +zrangebyscore";
   if (delex) rule += " +delex";
   return rule;
 }

@@ -43,7 +43,9 @@ std::string seconds(std::chrono::milliseconds d) {
 }  // namespace
 
 std::string format_metrics(const RunReport& r) {
-  const std::string labels = "{lock=\"" + label_escape(r.lock) + "\"}";
+  std::string labels = "{lock=\"" + label_escape(r.lock) + "\"";
+  if (r.counting) labels += ",slot=\"" + (r.slot ? std::to_string(*r.slot) : std::string()) + "\"";
+  labels += "}";
   std::string out;
   auto metric = [&](const char* name, const char* help, const std::string& value) {
     out += std::string("# HELP ") + name + " " + help + "\n";

@@ -16,6 +16,8 @@ struct RunReport {
   std::chrono::milliseconds lock_wait{0};  // from start until acquired (or until giving up)
   bool acquired = false;
   std::optional<std::uint64_t> token;
+  bool counting = false;      // --limit N > 1: the series carry a slot label
+  std::optional<long> slot;   // the slot held, once acquired
   std::uint64_t renewals = 0;
   std::uint64_t renew_failures = 0;
   bool lease_lost = false;

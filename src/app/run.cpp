@@ -77,6 +77,7 @@ lease::LeaseRequest lease_request(const config::Config& c) {
   r.timing = c.run.timing;
   r.wait = c.run.wait;
   r.fair = c.run.fair;
+  r.limit = c.run.limit;
   r.min_replicas = c.run.min_replicas;
   r.replica_timeout = c.run.replica_timeout;
   r.request_timeout = c.common.timeout;
@@ -88,6 +89,7 @@ Exit not_acquired(const config::Config& c, const lease::NotAcquired& why) {
     case lease::NotAcquired::Reason::busy: return {c.run.conflict_exit_code};
     case lease::NotAcquired::Reason::unavailable: return {exit_code::k_unavailable};
     case lease::NotAcquired::Reason::interrupted: return by_signal(why.signal);
+    case lease::NotAcquired::Reason::limit_mismatch: return {exit_code::k_usage};
   }
   return {exit_code::k_internal};
 }
@@ -107,7 +109,8 @@ void log_stop_margin(const supervisor::Outcome& outcome, Deadline deadline, cons
 // Runs the command under `held` and says how fencerun ends. The job is gone when this returns.
 Exit run_under(const config::Config& c, supervisor::SignalChannel& signals, lease::HeldLease& held,
                RunReport& report) {
-  const log::Context context{c.run.lock, std::to_string(held.token())};
+  const log::Context context{c.run.lock, std::to_string(held.token()),
+                             c.run.limit > 1 ? std::to_string(held.slot()) : std::string()};
   const lease::LeaseSchedule schedule(c.run.timing);
   const Deadline deadline = held.deadline();
   auto ran_short = [&] {
@@ -177,6 +180,7 @@ Exit run_locked(const config::Config& c, RunReport& report) {
   if (!held) return not_acquired(c, held.error());
   report.acquired = true;
   report.token = (*held)->token();
+  report.slot = (*held)->slot();
   // Released by the HeldLease on every way out, after run_under has seen the job gone.
   return run_under(c, signals, **held, report);
 }
@@ -186,6 +190,7 @@ Exit run_locked(const config::Config& c, RunReport& report) {
 Exit run(const config::Config& c) {
   RunReport report;
   report.lock = c.run.lock;
+  report.counting = c.run.limit > 1;
   report.started = std::chrono::system_clock::now();
   Exit code = run_locked(c, report);
   report.exit_code = code.code;

@@ -34,6 +34,7 @@ void add_run_options(CLI::App& app, config::Options& o) {
   app.add_option("--kill-signal", o.kill_signal);
   app.add_option("-w,--wait", o.wait);
   app.add_flag("--fair", o.fair);
+  app.add_option("--limit", o.limit);
   app.add_option("--metrics-file", o.metrics_file);
   app.add_option("-E,--conflict-exit-code", o.conflict_exit_code);
   app.add_option("--lease-lost-exit-code", o.lease_lost_exit_code);
@@ -242,6 +243,8 @@ Options:
   -w, --wait DUR           wait this long for a busy lock; 'inf' waits forever
                            (default: 0)
       --fair               waiters acquire in the order they began waiting
+      --limit N            up to N holders at once, each in a slot of its own
+                           (FENCERUN_SLOT, 0..N-1); 1 to 1024 (default: 1)
   -E, --conflict-exit-code N
                            exit code when the lock is busy or the wait ran out
                            (default: 75)

@@ -3,10 +3,12 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 
+#include "lease/lease.hpp"
 #include "util/duration.hpp"
 #include "util/error.hpp"
 
@@ -41,6 +43,16 @@ int exit_code_option(std::string_view option, int value) {
   if (value < 0 || value > 255)
     throw UsageError(std::string(option) + ": " + std::to_string(value) + " is not an exit code (0-255)");
   return value;
+}
+
+// --limit N: a whole number from 1 to 1024 (lease::k_max_limit), in decimal digits only.
+long limit_option(const std::string& text) {
+  const bool digits = !text.empty() && text.size() <= 6 &&
+                      std::all_of(text.begin(), text.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+  if (!digits) throw UsageError("--limit: '" + text + "' is not a whole number from 1 to 1024");
+  const long n = std::stol(text);
+  if (n < 1 || n > lease::k_max_limit) throw UsageError("--limit: " + text + " is not from 1 to 1024");
+  return n;
 }
 
 }  // namespace
@@ -149,6 +161,7 @@ Config make_config(const Options& o, const GetEnv& getenv, const ParseSignal& pa
     c.run.wait = w;
   }
   c.run.fair = o.fair;
+  c.run.limit = limit_option(o.limit);
   if (o.metrics_file) {
     if (o.metrics_file->empty()) throw UsageError("--metrics-file: empty path");
     c.metrics_file = o.metrics_file;

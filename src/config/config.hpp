@@ -46,6 +46,7 @@ struct RunConfig {
   int kill_signal = 15;
   std::optional<milliseconds> wait;  // nullopt: wait forever ("inf")
   bool fair = false;                 // waiters acquire in the order they began waiting
+  long limit = 1;                    // holders at once (--limit N, 1..1024); 1 is the plain lock
   int conflict_exit_code = exit_code::k_conflict_default;
   int lease_lost_exit_code = exit_code::k_lease_lost_default;
   std::vector<std::string> command;  // with --shell: {"/bin/sh", "-c", COMMAND}

@@ -31,6 +31,7 @@ struct Options {
   std::string kill_signal = "TERM";
   std::string wait = "0";
   bool fair = false;
+  std::string limit = "1";
   std::optional<std::string> metrics_file;
   int conflict_exit_code = exit_code::k_conflict_default;
   int lease_lost_exit_code = exit_code::k_lease_lost_default;

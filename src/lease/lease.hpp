@@ -2,8 +2,9 @@
 // Lease: what a job runs under. acquire() takes the lock, waiting if asked, and hands back a
 // HeldLease, which renews in the background, reports loss, and releases itself (owner-checked,
 // bounded by the request timeout) on every way out. The application knows only these two types:
-// the single-Redis lease (redis_lease.hpp) is one implementation; others (N holders, a quorum of
-// servers) are further implementations of the same interface. Knows nothing of processes.
+// the Redis lease (redis_lease.hpp) is one implementation, for a plain lock or for N holders at once
+// (a counting lock, --limit N); others (a quorum of servers) are further implementations of the same
+// interface. Knows nothing of processes.
 #include <chrono>
 #include <cstdint>
 #include <expected>
@@ -19,6 +20,9 @@
 
 namespace fencerun::lease {
 
+// --limit N: a counting lock has from 2 to this many slots (1 is the plain lock).
+inline constexpr long k_max_limit = 1024;
+
 // What one acquisition asks for.
 struct LeaseRequest {
   std::string lock;   // NAME
@@ -28,6 +32,7 @@ struct LeaseRequest {
   LeaseTiming timing;
   std::optional<milliseconds> wait = milliseconds::zero();  // nullopt: as long as it takes
   bool fair = false;                                        // waiters acquire in arrival order
+  long limit = 1;  // holders at once (--limit N): 1 is the plain lock, 2..1024 a counting lock of N slots
   int min_replicas = 0;                                     // replicas that must confirm it
   milliseconds replica_timeout{1000};
   milliseconds request_timeout{2000};  // bound of every request
@@ -48,9 +53,11 @@ struct NotAcquired {
     busy,         // held by another owner until the wait ran out
     unavailable,  // the server could not be used, or did not confirm the lock (replicas)
     interrupted,  // a signal ended the wait
+    limit_mismatch,  // the lock is held with another --limit
   };
   Reason reason;
-  int signal = 0;  // interrupted: which
+  int signal = 0;       // interrupted: which
+  long held_limit = 0;  // limit_mismatch: the lock's limit
 };
 
 class HeldLease {
@@ -65,6 +72,8 @@ class HeldLease {
   virtual ~HeldLease() = default;
 
   virtual std::uint64_t token() const = 0;
+  // The slot held, 0..limit-1 (0 for the plain lock).
+  virtual long slot() const = 0;
   // The lease's end on this side as last known (the first one until renewals move it).
   virtual Deadline deadline() const = 0;
   // What the job is told of its lease: (name, value) pairs, e.g. {"FENCERUN_TOKEN", "42"}.

@@ -5,69 +5,20 @@
 #include <vector>
 
 #include "lease/embedded_scripts.hpp"
+#include "lease/script_call.hpp"
 
 namespace fencerun::lease {
-namespace {
-
 using redis::Error;
 using redis::Reply;
 using redis::Result;
-
-Error protocol_error(std::string what) { return Error{Error::Kind::protocol, std::move(what)}; }
-
-template <class T>
-std::optional<T> to_number(std::string_view s) {
-  T value{};
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
-  if (s.empty() || ec != std::errc{} || ptr != s.data() + s.size()) return std::nullopt;
-  return value;
-}
-
-// EVALSHA, then EVAL when the server does not have the script cached (first use after a restart or
-// SCRIPT FLUSH). `followups` go out in the same write, after the script. `sent` is read just before the
-// request that produced the replies was written.
-Result<std::vector<Reply>> run_script(redis::Client& client, const scripts::Source& script,
-                                      std::span<const std::string_view> keys, std::span<const std::string_view> args,
-                                      std::span<const std::vector<std::string_view>> followups, Deadline deadline,
-                                      Deadline& sent) {
-  if (auto ok = client.connect(deadline); !ok) return std::unexpected(ok.error());
-  std::string numkeys = std::to_string(keys.size());
-  std::vector<std::vector<std::string_view>> commands(1 + followups.size());
-  auto& argv = commands.front();
-  argv.reserve(3 + keys.size() + args.size());
-  argv.push_back("EVALSHA");
-  argv.push_back(script.sha1);
-  argv.push_back(numkeys);
-  argv.insert(argv.end(), keys.begin(), keys.end());
-  argv.insert(argv.end(), args.begin(), args.end());
-  std::copy(followups.begin(), followups.end(), commands.begin() + 1);
-  sent = BootClock::now();
-  auto replies = client.pipeline(commands, deadline);
-  if (replies && replies->front().error_is("NOSCRIPT")) {
-    argv[0] = "EVAL";
-    argv[1] = script.text;
-    sent = BootClock::now();
-    replies = client.pipeline(commands, deadline);
-  }
-  if (replies && replies->front().error_is("TRYAGAIN"))
-    return std::unexpected(Error{Error::Kind::migrating, std::string(script.name) + " script refused: " + replies->front().str});
-  if (replies && replies->front().is_error())
-    return std::unexpected(Error{Error::Kind::protocol, std::string(script.name) + " script failed: " + replies->front().str});
-  return replies;
-}
-
-Result<Reply> run_script(redis::Client& client, const scripts::Source& script, std::span<const std::string_view> keys,
-                         std::span<const std::string_view> args, Deadline deadline, Deadline& sent) {
-  auto replies = run_script(client, script, keys, args, {}, deadline, sent);
-  if (!replies) return std::unexpected(replies.error());
-  return std::move(replies->front());
-}
-
-}  // namespace
+using detail::protocol_error;
+using detail::run_script;
+using detail::to_number;
 
 LockKeys keys_for(std::string_view prefix, std::string_view name) {
   std::string base = std::string(prefix) + "{" + std::string(name) + "}:";
-  return LockKeys{base + "lock", base + "token", base + "queue", base + "tickets", base + "turn", base + "wake:"};
+  return LockKeys{base + "lock",    base + "token",  base + "queue", base + "tickets", base + "turn",
+                  base + "wake:",   base + "limit",  base + "slot:", base + "turns"};
 }
 
 Holder parse_holder(std::string_view value) {
@@ -88,8 +39,14 @@ Holder parse_holder(std::string_view value) {
 
 Result<AcquireResult> parse_acquire_reply(const Reply& reply, Deadline sent) {
   const auto& e = reply.elements;
-  if (!reply.is_array() || e.size() < 4 || e[0].type != Reply::Type::integer)
+  if (!reply.is_array() || e.size() < 2 || e[0].type != Reply::Type::integer ||
+      (e[0].integer != 2 && e.size() < 4))
     return std::unexpected(protocol_error("unexpected reply to the acquire script"));
+  if (e[0].integer == 2) {
+    auto held = e[1].as_integer();
+    if (!held || *held < 1) return std::unexpected(protocol_error("acquire script returned a malformed limit"));
+    return LimitMismatch{static_cast<long>(*held)};
+  }
   long version = static_cast<long>(e[3].as_integer().value_or(0));
   if (e[0].integer == 1) {
     auto token = e[1].as_integer();
@@ -97,7 +54,12 @@ Result<AcquireResult> parse_acquire_reply(const Reply& reply, Deadline sent) {
       return std::unexpected(protocol_error("acquire script returned a malformed token"));
     auto gap = e.size() >= 5 ? e[4].as_integer() : std::nullopt;
     if (!gap || *gap < 0) return std::unexpected(protocol_error("acquire script returned no clock check"));
-    Acquired acquired{static_cast<std::uint64_t>(*token), e[2].str, sent, version, std::nullopt};
+    Acquired acquired{static_cast<std::uint64_t>(*token), 0, e[2].str, sent, version, std::nullopt};
+    if (e.size() >= 6) {
+      auto slot = e[5].as_integer();
+      if (!slot || *slot < 0) return std::unexpected(protocol_error("acquire script returned a malformed slot"));
+      acquired.slot = static_cast<int>(*slot);
+    }
     acquired.server_clock_behind = *gap > 0;
     acquired.server_clock_gap = std::chrono::microseconds(*gap);
     return acquired;
@@ -124,26 +86,9 @@ Result<AcquireResult> LeaseClient::try_acquire(std::string_view owner, std::chro
   // absent queue keys cannot make the request fail with TRYAGAIN.
   std::string_view all_keys[] = {m_keys.lock, m_keys.token, m_keys.queue, m_keys.tickets, m_keys.turn};
   std::span<const std::string_view> keys(all_keys, queueing.fair || queueing.queued ? 5 : 2);
-  std::string_view args[] = {owner, ttl_ms, pid_text, host, queueing.fair ? "1" : "0", queueing.queued ? "1" : "0",
-                             m_keys.wake, turn_ms};
-  std::string replicas = std::to_string(ack.replicas);
-  std::string wait_ms = std::to_string(ack.timeout.count());
-  std::vector<std::vector<std::string_view>> followups;
-  // WAIT goes out with the script: still one round trip. After a busy reply it returns at once.
-  if (ack.replicas > 0) followups.push_back({"WAIT", replicas, wait_ms});
-  Deadline sent{};
-  // Only a WAIT may legitimately hold the reply back for longer than the request timeout.
-  Deadline bound = ack.replicas > 0 ? deadline + ack.timeout : deadline;
-  auto replies = run_script(m_client, scripts::k_acquire, keys, args, followups, bound, sent);
-  if (!replies) return std::unexpected(replies.error());
-  auto result = parse_acquire_reply(replies->front(), sent);
-  if (!result) return std::unexpected(result.error());
-  if (auto* acquired = std::get_if<Acquired>(&*result); acquired && ack.replicas > 0) {
-    const Reply& w = (*replies)[1];
-    if (w.is_error()) return std::unexpected(protocol_error("WAIT failed: " + w.str));
-    acquired->replicas_acked = w.as_integer().value_or(0);
-  }
-  return result;
+  std::string_view args[] = {owner,       ttl_ms,  pid_text,     host, queueing.fair ? "1" : "0",
+                             queueing.queued ? "1" : "0", m_keys.wake, turn_ms, m_keys.limit, m_keys.slots};
+  return detail::acquire_with_ack(m_client, scripts::k_acquire, keys, args, ack, deadline);
 }
 
 Result<RenewOutcome> LeaseClient::renew(std::string_view value, std::chrono::milliseconds ttl, Deadline deadline,
@@ -205,22 +150,48 @@ Result<void> LeaseClient::leave_queue(std::string_view owner, Deadline deadline)
   return {};
 }
 
-Result<LockStatus> LeaseClient::status(Deadline deadline) {
-  std::vector<std::vector<std::string_view>> commands = {
-      {"GET", m_keys.lock}, {"PTTL", m_keys.lock}, {"GET", m_keys.token}};
-  auto replies = m_client.pipeline(commands, deadline);
-  if (!replies) return std::unexpected(replies.error());
-  for (const auto& r : *replies)
-    if (r.is_error()) return std::unexpected(protocol_error("status query failed: " + r.str));
+Result<LockStatus> lock_status(redis::Client& client, const LockKeys& keys, Deadline deadline) {
+  auto check = [](const Result<std::vector<Reply>>& replies) -> Result<void> {
+    if (!replies) return std::unexpected(replies.error());
+    for (const auto& r : *replies)
+      if (r.is_error()) return std::unexpected(protocol_error("status query failed: " + r.str));
+    return {};
+  };
+  auto holder_at = [](long slot, const Reply& value, const Reply& pttl) -> std::optional<SlotHolder> {
+    if (!value.is_string()) return std::nullopt;
+    SlotHolder h{slot, parse_holder(value.str), std::nullopt};
+    if (auto ms = pttl.as_integer(); ms && *ms >= 0) h.remaining = std::chrono::milliseconds(*ms);
+    return h;
+  };
+  std::vector<std::vector<std::string_view>> commands = {{"GET", keys.lock},   {"PTTL", keys.lock},
+                                                         {"GET", keys.token},  {"GET", keys.limit},
+                                                         {"ZCARD", keys.queue}};
+  auto replies = client.pipeline(commands, deadline);
+  if (auto ok = check(replies); !ok) return std::unexpected(ok.error());
+  const auto& r = *replies;
   LockStatus s;
-  const auto& value = (*replies)[0];
-  if (value.is_string()) {
-    s.holder = parse_holder(value.str);
-    if (auto pttl = (*replies)[1].as_integer(); pttl && *pttl >= 0) s.remaining = std::chrono::milliseconds(*pttl);
+  if (r[2].is_string()) s.last_token = to_number<std::uint64_t>(r[2].str);
+  s.waiters = static_cast<long>(r[4].as_integer().value_or(0));
+  if (auto h = holder_at(0, r[0], r[1])) {
+    s.holders.push_back(std::move(*h));
+    return s;
   }
-  if ((*replies)[2].is_string()) {
-    if (auto t = to_number<std::uint64_t>((*replies)[2].str)) s.last_token = *t;
+  const auto limit = r[3].is_string() ? to_number<long>(r[3].str) : std::nullopt;
+  if (!limit || *limit < 2 || *limit > k_max_limit) return s;
+  // A counting lock: its slots, in a second round trip.
+  std::vector<std::string> slot_keys;
+  for (long i = 0; i < *limit; ++i) slot_keys.push_back(keys.slot(i));
+  std::vector<std::vector<std::string_view>> slot_commands;
+  for (const auto& k : slot_keys) {
+    slot_commands.push_back({"GET", k});
+    slot_commands.push_back({"PTTL", k});
   }
+  auto slots = client.pipeline(slot_commands, deadline);
+  if (auto ok = check(slots); !ok) return std::unexpected(ok.error());
+  for (long i = 0; i < *limit; ++i)
+    if (auto h = holder_at(i, (*slots)[2 * i], (*slots)[2 * i + 1])) s.holders.push_back(std::move(*h));
+  // Slots all gone: the stored limit binds nobody and the lock is free.
+  if (!s.holders.empty()) s.limit = *limit;
   return s;
 }
 

@@ -1,6 +1,8 @@
 #pragma once
-// LeaseClient: the lease operations on Redis (acquire + token, renew, release, status), each one round
-// trip. Knows nothing of processes. Scripts run with EVALSHA and fall back to EVAL on NOSCRIPT.
+// The lease operations on Redis (acquire + token, renew, release, leave the queue), each one round
+// trip: LockOps, with LeaseClient for the plain lock and SlotsClient (slots_client.hpp) for a counting
+// lock of N slots. Knows nothing of processes. Scripts run with EVALSHA and fall back to EVAL on
+// NOSCRIPT.
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -9,6 +11,7 @@
 #include <variant>
 #include <vector>
 
+#include "lease/lease.hpp"
 #include "redis/client.hpp"
 #include "util/clock.hpp"
 
@@ -21,7 +24,11 @@ struct LockKeys {
   std::string tickets;  // <prefix>{NAME}:tickets  ticket counter
   std::string turn;     // <prefix>{NAME}:turn     the waiter woken to take the free lock
   std::string wake;     // <prefix>{NAME}:wake:    + owner id: the channel each waiter listens on
+  std::string limit;    // <prefix>{NAME}:limit    a counting lock's N, while a slot is held
+  std::string slots;    // <prefix>{NAME}:slot:    + I: slot I of a counting lock
+  std::string turns;    // <prefix>{NAME}:turns    a counting lock's waiters woken to take a free slot
   std::string wake_channel(std::string_view owner) const { return wake + std::string(owner); }
+  std::string slot(long i) const { return slots + std::to_string(i); }
 };
 LockKeys keys_for(std::string_view prefix, std::string_view name);
 
@@ -37,6 +44,7 @@ Holder parse_holder(std::string_view value);
 
 struct Acquired {
   std::uint64_t token = 0;
+  int slot = 0;            // the slot held (always 0 for the plain lock)
   std::string value;       // the exact lock value, for renew and release
   Deadline sent{};         // read just before the successful request was written
   long server_version = 0; // e.g. 0x070000 for 7.0.0; 0 when unknown
@@ -73,43 +81,74 @@ struct Busy {
   std::optional<long> place;  // place in the queue, 0 first; nullopt when not queued
   long queue_length = 0;      // known when queued
 };
-using AcquireResult = std::variant<Acquired, Busy>;
+// The lock is held with another --limit: `held` is that limit (1 for the plain lock).
+struct LimitMismatch {
+  long held = 0;
+};
+using AcquireResult = std::variant<Acquired, Busy, LimitMismatch>;
 
-// Decodes the acquire script's reply (acquired or busy); `sent` goes into Acquired. A protocol error
-// when the reply does not have the script's shape.
+// Decodes an acquire script's reply (acquired, busy, or held with another limit); `sent` goes into
+// Acquired. A protocol error when the reply does not have the script's shape.
 redis::Result<AcquireResult> parse_acquire_reply(const redis::Reply& reply, Deadline sent);
 
 enum class RenewOutcome { renewed, gone, stolen };
 
+struct SlotHolder {
+  long slot = 0;
+  Holder holder;
+  std::optional<std::chrono::milliseconds> remaining;  // nullopt: no expiry
+};
 struct LockStatus {
-  std::optional<Holder> holder;                        // nullopt: free
-  std::optional<std::chrono::milliseconds> remaining;  // when held and expiring
+  long limit = 1;                  // N of a counting lock while a slot is held, else 1
+  std::vector<SlotHolder> holders;  // by slot; the plain lock's holder is slot 0
+  long waiters = 0;                // in the wait queue
   std::optional<std::uint64_t> last_token;
 };
+// What NAME's keys say: its holders (a plain lock or the slots of a counting one), waiters and last
+// token. Two round trips for a counting lock, one otherwise.
+redis::Result<LockStatus> lock_status(redis::Client& client, const LockKeys& keys, Deadline deadline);
 
-class LeaseClient {
+// The operations a lease runs on its server.
+class LockOps {
+ public:
+  virtual ~LockOps() = default;
+  virtual const LockKeys& keys() const = 0;
+  virtual redis::Client& client() = 0;
+  // One attempt: acquire with `ttl` and issue a token, or report the holder. With ack.replicas > 0 the
+  // reply also says how many replicas confirmed it (the request may take ack.timeout longer).
+  virtual redis::Result<AcquireResult> try_acquire(std::string_view owner, std::chrono::milliseconds ttl, long pid,
+                                                   std::string_view host, const ReplicaAck& ack,
+                                                   const Queueing& queueing, Deadline deadline) = 0;
+  // A waiter gives up its place in the queue (the next one takes it).
+  virtual redis::Result<void> leave_queue(std::string_view owner, Deadline deadline) = 0;
+  // Owner-checked renewal of what the last successful try_acquire took; `sent` receives the time the
+  // successful request was written.
+  virtual redis::Result<RenewOutcome> renew(std::string_view value, std::chrono::milliseconds ttl,
+                                            Deadline deadline, Deadline& sent) = 0;
+  // Owner-checked compare-and-delete. true: deleted; false: it was not ours any more. `value` is the
+  // full value when known; without it the owner id (the value's first word) decides.
+  virtual redis::Result<bool> release(std::string_view owner, std::optional<std::string_view> value, bool try_delex,
+                                      Deadline deadline) = 0;
+};
+
+// The plain lock: one key, <prefix>{NAME}:lock.
+class LeaseClient final : public LockOps {
  public:
   LeaseClient(redis::Client& client, LockKeys keys) : m_client(client), m_keys(std::move(keys)) {}
 
-  const LockKeys& keys() const { return m_keys; }
-  redis::Client& client() { return m_client; }
+  const LockKeys& keys() const override { return m_keys; }
+  redis::Client& client() override { return m_client; }
 
-  // One attempt: acquire with `ttl` and issue a token, or report the holder. With ack.replicas > 0 the
-  // reply also says how many replicas confirmed it (the request may take ack.timeout longer).
   redis::Result<AcquireResult> try_acquire(std::string_view owner, std::chrono::milliseconds ttl, long pid,
                                            std::string_view host, const ReplicaAck& ack, const Queueing& queueing,
-                                           Deadline deadline);
-  // A waiter gives up its place in the queue (the next one takes it).
-  redis::Result<void> leave_queue(std::string_view owner, Deadline deadline);
-  // Owner-checked renewal; `sent` receives the time the successful request was written.
+                                           Deadline deadline) override;
+  redis::Result<void> leave_queue(std::string_view owner, Deadline deadline) override;
   redis::Result<RenewOutcome> renew(std::string_view value, std::chrono::milliseconds ttl, Deadline deadline,
-                                    Deadline& sent);
-  // Owner-checked compare-and-delete. true: deleted; false: it was not ours any more. With the full
-  // `value` known, DELEX key IFEQ value is used where the server has it; otherwise the script compares
-  // the owner id (the value's first word).
+                                    Deadline& sent) override;
+  // With the full `value` known, DELEX key IFEQ value is used where the server has it; otherwise the
+  // script compares the owner id.
   redis::Result<bool> release(std::string_view owner, std::optional<std::string_view> value, bool try_delex,
-                              Deadline deadline);
-  redis::Result<LockStatus> status(Deadline deadline);
+                              Deadline deadline) override;
 
  private:
   redis::Client& m_client;

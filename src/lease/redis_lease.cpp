@@ -9,6 +9,7 @@
 #include "util/duration.hpp"
 #include "lease/keeper.hpp"
 #include "lease/lease_client.hpp"
+#include "lease/slots_client.hpp"
 #include "log/log.hpp"
 #include "redis/client.hpp"
 
@@ -92,9 +93,10 @@ milliseconds since(Deadline t) { return std::chrono::duration_cast<milliseconds>
 
 class RedisHeldLease final : public HeldLease {
  public:
-  RedisHeldLease(LeaseClient& client, Acquired acquired, const RedisLeaseTarget& target, const LeaseRequest& request)
+  RedisHeldLease(LockOps& client, Acquired acquired, const RedisLeaseTarget& target, const LeaseRequest& request,
+                 log::Context context)
       : m_client(client), m_acquired(std::move(acquired)), m_target(target), m_request(request),
-        m_schedule(request.timing), m_context{request.lock, std::to_string(m_acquired.token)} {}
+        m_schedule(request.timing), m_context(std::move(context)) {}
 
   ~RedisHeldLease() override {
     try {
@@ -105,6 +107,7 @@ class RedisHeldLease final : public HeldLease {
   }
 
   std::uint64_t token() const override { return m_acquired.token; }
+  long slot() const override { return m_acquired.slot; }
   Deadline deadline() const override {
     return m_keeper ? m_keeper->deadline() : m_schedule.deadline_after(m_acquired.sent);
   }
@@ -113,7 +116,9 @@ class RedisHeldLease final : public HeldLease {
             {"FENCERUN_LOCK", m_request.lock},
             {"FENCERUN_OWNER", m_request.owner},
             {"FENCERUN_TTL_MS", std::to_string(m_request.timing.ttl.count())},
-            {"FENCERUN_REDIS_URL", m_target.redacted_url}};
+            {"FENCERUN_REDIS_URL", m_target.redacted_url},
+            {"FENCERUN_SLOT", std::to_string(m_acquired.slot)},
+            {"FENCERUN_LIMIT", std::to_string(m_request.limit)}};
   }
 
   void keep(std::function<void(Deadline)> on_renewed) override {
@@ -148,7 +153,7 @@ class RedisHeldLease final : public HeldLease {
   }
 
  private:
-  LeaseClient& m_client;
+  LockOps& m_client;
   Acquired m_acquired;
   const RedisLeaseTarget& m_target;
   const LeaseRequest& m_request;
@@ -163,7 +168,7 @@ class RedisLease final : public Lease {
  public:
   RedisLease(RedisLeaseTarget target, LeaseRequest request)
       : m_target(std::move(target)), m_request(std::move(request)), m_client(m_target.endpoint),
-        m_lease(m_client, keys_for(m_target.key_prefix, m_request.lock)) {}
+        m_ops(make_ops(m_client, keys_for(m_target.key_prefix, m_request.lock), m_request.limit)), m_lease(*m_ops) {}
 
   std::expected<std::unique_ptr<HeldLease>, NotAcquired> acquire(Waiter& waiter, milliseconds& waited) override;
 
@@ -208,13 +213,17 @@ class RedisLease final : public Lease {
                 busy.remaining ? log::millis("ttl", *busy.remaining, util::format_duration(*busy.remaining))
                                : log::Field{"ttl", "none"}});
   }
-  // A queued waiter's busy answer does not name the holder: ask for it (for the message only).
+  // A queued waiter's busy answer does not name the holder: ask for it (for the message only); of a
+  // counting lock's, the one whose lease ends first.
   Busy holder_now(const Busy& busy) {
     Busy named = busy;
-    if (auto st = m_lease.status(BootClock::now() + m_request.request_timeout); st && st->holder) {
-      named.holder = *st->holder;
-      named.remaining = st->remaining;
-    }
+    auto st = lock_status(m_client, m_lease.keys(), BootClock::now() + m_request.request_timeout);
+    if (!st || st->holders.empty()) return named;
+    const auto first = std::ranges::min_element(st->holders, {}, [](const SlotHolder& h) {
+      return h.remaining.value_or(milliseconds::max());
+    });
+    named.holder = first->holder;
+    named.remaining = first->remaining;
     return named;
   }
   // A second connection subscribed to this waiter's own wake channel, or nothing (then the wait polls).
@@ -237,10 +246,16 @@ class RedisLease final : public Lease {
   std::optional<int> sleep_between_tries(Waiter& waiter, std::optional<redis::Client>& subscriber, Deadline wake,
                                          std::optional<Deadline> wait_until);
 
+  static std::unique_ptr<LockOps> make_ops(redis::Client& client, LockKeys keys, long limit) {
+    if (limit > 1) return std::make_unique<SlotsClient>(client, std::move(keys), limit);
+    return std::make_unique<LeaseClient>(client, std::move(keys));
+  }
+
   RedisLeaseTarget m_target;
   LeaseRequest m_request;
   redis::Client m_client;
-  LeaseClient m_lease;
+  std::unique_ptr<LockOps> m_ops;  // the plain lock's operations, or a counting lock's
+  LockOps& m_lease;
   bool m_joined = false;  // has been in the wait queue (it leaves it when it gives up)
 };
 
@@ -325,6 +340,17 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> RedisLease::acquire(Waite
       waited = since(began);
       return granted(std::move(*got));
     }
+    if (auto* other = std::get_if<LimitMismatch>(&*result)) {
+      log::event(log::Level::error, "limit_mismatch",
+                 "lock '" + m_request.lock + "' is held with --limit " + std::to_string(other->held) +
+                     "; this run asks for --limit " + std::to_string(m_request.limit) +
+                     " (all holders of a lock must use the same --limit)",
+                 {{"lock", m_request.lock}, {"held_limit", std::to_string(other->held)},
+                  {"limit", std::to_string(m_request.limit)}});
+      leave_queue();
+      waited = since(began);
+      return std::unexpected(NotAcquired{NotAcquired::Reason::limit_mismatch, 0, other->held});
+    }
     const auto& busy = std::get<Busy>(*result);
     now = BootClock::now();
     if (wait_until && now >= *wait_until) {
@@ -349,12 +375,13 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> RedisLease::acquire(Waite
 }
 
 std::expected<std::unique_ptr<HeldLease>, NotAcquired> RedisLease::granted(Acquired acquired) {
-  const log::Context context{m_request.lock, std::to_string(acquired.token)};
+  const log::Context context{m_request.lock, std::to_string(acquired.token),
+                             m_request.limit > 1 ? std::to_string(acquired.slot) : std::string()};
   const bool clock_behind = acquired.server_clock_behind;
   const auto gap = std::chrono::duration_cast<milliseconds>(acquired.server_clock_gap);
   const long long acked = acquired.replicas_acked.value_or(0);
   // From here on the lease is released on every way out.
-  auto held = std::make_unique<RedisHeldLease>(m_lease, std::move(acquired), m_target, m_request);
+  auto held = std::make_unique<RedisHeldLease>(m_lease, std::move(acquired), m_target, m_request, context);
   log::event(log::Level::info, "acquired", "acquired lock", context,
              {log::millis("ttl", m_request.timing.ttl, util::format_duration(m_request.timing.ttl))});
   if (clock_behind) {

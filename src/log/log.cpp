@@ -105,9 +105,10 @@ void event(Level level, std::string_view name, std::string_view message, const C
            std::initializer_list<Field> fields) {
   if (!enabled(level)) return;
   std::vector<Field> all;
-  all.reserve(fields.size() + 2);
+  all.reserve(fields.size() + 3);
   all.push_back({"lock", context.lock});
   if (!context.token.empty()) all.push_back({"token", context.token});
+  if (!context.slot.empty()) all.push_back({"slot", context.slot});
   all.insert(all.end(), fields.begin(), fields.end());
   write_event(level, name, message, all);
 }

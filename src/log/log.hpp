@@ -29,6 +29,7 @@ inline Field millis(std::string_view key, std::chrono::milliseconds d, std::stri
 struct Context {
   std::string lock;
   std::string token;
+  std::string slot = {};  // a counting lock's slot (--limit N > 1); empty otherwise
 };
 
 void init(Level level, Format format);

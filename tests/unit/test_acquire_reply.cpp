@@ -11,6 +11,7 @@
 using fencerun::BootClock;
 using fencerun::lease::Acquired;
 using fencerun::lease::Busy;
+using fencerun::lease::LimitMismatch;
 using fencerun::lease::parse_acquire_reply;
 using fencerun::redis::Error;
 using fencerun::redis::Reply;
@@ -135,4 +136,34 @@ TEST(acquire_reply, anything_else_is_a_protocol_error) {
     ASSERT_FALSE(r.has_value()) << to_display(reply);
     EXPECT_EQ(r.error().message, "unexpected reply to the acquire script");
   }
+}
+
+TEST(acquire_reply, an_acquired_slot_is_read_from_the_sixth_field) {
+  auto r = parse_acquire_reply(array({integer(1), integer(42), string("owner 42 7 host"), integer(0x070000), integer(0),
+                                      integer(5)}),
+                               BootClock::now());
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  const auto* a = std::get_if<Acquired>(&*r);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->token, 42u);
+  EXPECT_EQ(a->slot, 5);
+  auto plain = parse_acquire_reply(array({integer(1), integer(43), string("owner 43 7 host"), integer(0x070000),
+                                          integer(0)}),
+                                   BootClock::now());
+  ASSERT_TRUE(plain.has_value());
+  EXPECT_EQ(std::get<Acquired>(*plain).slot, 0);
+  auto bad = parse_acquire_reply(array({integer(1), integer(44), string("owner 44 7 host"), integer(0x070000),
+                                        integer(0), integer(-1)}),
+                                 BootClock::now());
+  EXPECT_FALSE(bad.has_value());
+}
+
+TEST(acquire_reply, another_limit_names_the_limit_the_lock_is_held_with) {
+  auto r = parse_acquire_reply(array({integer(2), integer(3), integer(0x070000)}), BootClock::now());
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  const auto* m = std::get_if<LimitMismatch>(&*r);
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->held, 3);
+  EXPECT_FALSE(parse_acquire_reply(array({integer(2), integer(0), integer(0x070000)}), BootClock::now()).has_value());
+  EXPECT_FALSE(parse_acquire_reply(array({integer(2)}), BootClock::now()).has_value());
 }

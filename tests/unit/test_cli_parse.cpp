@@ -254,7 +254,7 @@ TEST(cli, mentions_every_run_option_in_the_help) {
   for (const char* option : {"--redis", "--ttl", "--renew", "--grace", "--kill-signal", "--wait",
                              "--conflict-exit-code", "--lease-lost-exit-code", "--timeout", "--key-prefix", "--shell",
                              "--verbose", "--quiet", "--log-format", "--json", "--min-replicas", "--replica-timeout",
-                             "--tls-ca-file", "--tls-cert", "--tls-key", "--tls-server-name", "--tls-insecure",
+                             "--limit", "--tls-ca-file", "--tls-cert", "--tls-key", "--tls-server-name", "--tls-insecure",
                              "--help", "--version"})
     EXPECT_NE(help.find(option), std::string::npos) << option;
 }

@@ -638,3 +638,30 @@ TEST(make_config, keeps_the_replica_timeout_below_half_the_ttl) {
   o.replica_timeout = "5s";
   EXPECT_EQ(configure(o).run.replica_timeout, milliseconds(5'000));
 }
+
+// --limit N.
+
+TEST(make_config, reads_the_limit_and_defaults_to_one) {
+  EXPECT_EQ(configure(run_options()).run.limit, 1);
+  for (auto [text, n] : {std::pair{"1", 1L}, {"2", 2L}, {"1024", 1024L}, {"007", 7L}}) {
+    Options o = run_options();
+    o.limit = text;
+    EXPECT_EQ(configure(o).run.limit, n) << text;
+  }
+}
+
+TEST(make_config, rejects_a_limit_outside_one_to_1024) {
+  for (const char* text : {"0", "1025", "999999", "00000"}) {
+    Options o = run_options();
+    o.limit = text;
+    EXPECT_EQ(usage_error(o), std::string("--limit: ") + text + " is not from 1 to 1024");
+  }
+}
+
+TEST(make_config, rejects_a_limit_that_is_not_a_whole_number) {
+  for (const char* text : {"abc", "", "-1", "+2", "2.5", " 3", "3 ", "1e3", "0x10", "99999999999999999999"}) {
+    Options o = run_options();
+    o.limit = text;
+    EXPECT_EQ(usage_error(o), std::string("--limit: '") + text + "' is not a whole number from 1 to 1024") << text;
+  }
+}

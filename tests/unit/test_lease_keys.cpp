@@ -54,7 +54,20 @@ TEST(lock_keys, share_one_cluster_slot) {
     EXPECT_EQ(hash_tag(keys.queue), name);
     EXPECT_EQ(hash_tag(keys.tickets), name);
     EXPECT_EQ(hash_tag(keys.turn), name);
+    EXPECT_EQ(hash_tag(keys.limit), name);
+    EXPECT_EQ(hash_tag(keys.turns), name);
+    EXPECT_EQ(hash_tag(keys.slot(0)), name);
+    EXPECT_EQ(hash_tag(keys.slot(1023)), name);
   }
+}
+
+TEST(lock_keys, name_a_counting_locks_limit_slots_and_turns) {
+  auto keys = keys_for("fencerun:", "deploy");
+  EXPECT_EQ(keys.limit, "fencerun:{deploy}:limit");
+  EXPECT_EQ(keys.turns, "fencerun:{deploy}:turns");
+  EXPECT_EQ(keys.slot(0), "fencerun:{deploy}:slot:0");
+  EXPECT_EQ(keys.slot(17), "fencerun:{deploy}:slot:17");
+  EXPECT_EQ(keys.token, "fencerun:{deploy}:token");  // one counter for every slot
 }
 
 TEST(lock_holder, parses_all_four_fields) {

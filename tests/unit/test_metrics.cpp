@@ -84,6 +84,19 @@ TEST(metrics, formats_every_gauge_with_help_type_and_lock_label) {
             "fencerun_last_lease_lost{lock=\"nightly\"} 0\n");
 }
 
+TEST(metrics, labels_a_counting_locks_series_with_the_slot) {
+  RunReport r = sample_report();
+  r.counting = true;
+  r.slot = 2;
+  for (const auto& line : samples(format_metrics(r)))
+    EXPECT_NE(line.find("{lock=\"nightly\",slot=\"2\"} "), std::string::npos) << line;
+  r.slot.reset();  // busy: no slot held
+  for (const auto& line : samples(format_metrics(r)))
+    EXPECT_NE(line.find("{lock=\"nightly\",slot=\"\"} "), std::string::npos) << line;
+  for (const auto& line : samples(format_metrics(sample_report())))
+    EXPECT_EQ(line.find("slot="), std::string::npos) << line;  // the plain lock: as before
+}
+
 TEST(metrics, reports_a_busy_run_without_a_token) {
   RunReport r = sample_report();
   r.acquired = false;

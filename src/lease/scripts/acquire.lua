@@ -2,12 +2,14 @@
 -- wait queue (see _queue.lua).
 -- KEYS: 1 lock, 2 token counter, 3 queue, 4 ticket counter, 5 turn.
 -- ARGV: 1 owner id, 2 ttl ms, 3 pid, 4 host, 5 '1' for fair waiting, 6 '1' when the caller listens on
---       its channel (it joins the queue, or keeps its place), 7 the waiters' channel prefix, 8 turn ms.
+--       its channel (it joins the queue, or keeps its place), 7 the waiters' channel prefix, 8 turn ms,
+--       9 the key of NAME's stored limit, 10 the key prefix of its slots (see slots_acquire.lua).
 -- Acquired: {1, token, lock value, server version,
 --            microseconds by which the server's clock is behind the counter (0 when it is not)}.
 -- Busy:     {0, holder's PTTL (-2 when free but another waiter's turn), holder's value (false when
 --            the caller is queued), version, ms left of that waiter's turn (0 when the lock is held),
 --            the caller's place in the queue (0 first, -1 not queued), the queue's length}.
+-- Another limit: {2, the limit NAME's slots are held with (--limit N), version}; nothing is changed.
 -- token = max(counter + 1, server time in microseconds), returned as a string so it always prints as
 -- a plain integer. While the counter survives, tokens increase. When it was lost (a restart without
 -- persistence, a failover to a replica that missed the last write) the clock is the only floor, and it
@@ -20,6 +22,18 @@ local lock, queue, turn = KEYS[1], KEYS[3], KEYS[5]
 local owner = ARGV[1]
 local fair, queued = ARGV[5] == '1', ARGV[6] == '1'
 local wake, turn_ms = ARGV[7], tonumber(ARGV[8])
+
+-- A counting lock of NAME (--limit N) that still has a holder: this run's limit (1) is another one.
+-- A stored limit whose slots are all gone binds nobody any more.
+local stored = tonumber(redis.call('GET', ARGV[9]) or '')
+if stored then
+  if stored > 1 then
+    for i = 0, math.min(stored, 1024) - 1 do
+      if redis.call('EXISTS', ARGV[10] .. i) == 1 then return {2, stored, version} end
+    end
+  end
+  redis.call('DEL', ARGV[9])
+end
 
 -- A busy reply: the caller's place in the queue and the queue's length; a queued caller that is not
 -- in the queue joins it at the end.

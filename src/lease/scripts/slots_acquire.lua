@@ -1,0 +1,100 @@
+-- Takes a free slot of a counting lock (--limit N) and issues the next fencing token of NAME, in one
+-- atomic step; keeps the wait queue (see _queue.lua and _slots.lua).
+-- KEYS: 1 limit, 2 token counter, 3 queue, 4 ticket counter, 5 turns, 6 the plain lock of NAME.
+-- ARGV: 1 owner id, 2 ttl ms, 3 pid, 4 host, 5 '1' for fair waiting, 6 '1' when the caller listens on
+--       its channel, 7 the waiters' channel prefix, 8 turn ms, 9 N, 10 the slots' key prefix.
+-- Acquired: {1, token, slot value, server version, microseconds the server's clock is behind the
+--            counter (0 when it is not), slot}.
+-- Busy:     as acquire.lua's, the PTTL being the shortest of the held slots' (-2 when a slot is free
+--            but it is other waiters' turn) and the value that slot's holder's.
+-- Another limit: {2, the limit NAME is held with, server version}; nothing is changed. All holders of
+-- a lock agree on N: the limit is stored while a slot is held, and a plain holder counts as 1.
+-- @include _queue.lua
+-- @include _slots.lua
+if redis.replicate_commands then redis.replicate_commands() end
+local version = redis.REDIS_VERSION_NUM or 0
+local limit_key, queue, turns = KEYS[1], KEYS[3], KEYS[5]
+local owner = ARGV[1]
+local fair, queued = ARGV[5] == '1', ARGV[6] == '1'
+local wake, turn_ms = ARGV[7], tonumber(ARGV[8])
+local n, slot_prefix = tonumber(ARGV[9]), ARGV[10]
+
+if redis.call('EXISTS', KEYS[6]) == 1 then return {2, 1, version} end
+local stored = tonumber(redis.call('GET', limit_key) or '')
+if stored ~= n then
+  if stored and stored > 1 and any_held(slot_prefix, stored) then return {2, stored, version} end
+  redis.call('SET', limit_key, n)
+end
+
+local now = now_ms()
+if queued or fair then expire_turns(queue, turns, turn_ms, now) end
+local free, soonest, soonest_slot = scan(slot_prefix, n)
+
+local function busy(turn_left)
+  local pttl = soonest or -1
+  if #free > 0 then pttl = -2 end
+  if not queued then
+    local holder = false
+    if #free == 0 and soonest_slot then holder = redis.call('GET', slot_prefix .. soonest_slot) end
+    return {0, pttl, holder, version, turn_left, -1, 0}
+  end
+  -- A turn it had is used up: the next free slot wakes somebody else.
+  redis.call('ZREM', turns, owner)
+  local rank = redis.call('ZRANK', queue, owner)
+  local length = redis.call('ZCARD', queue)
+  if not rank then
+    redis.call('ZADD', queue, redis.call('INCR', KEYS[4]), owner)
+    rank, length = length, length + 1
+  end
+  return {0, pttl, false, version, turn_left, rank, length}
+end
+
+if #free == 0 then return busy(0) end
+if fair then
+  -- Free slots go to the waiters in arrival order: the caller takes one only when fewer waiters are
+  -- in front of it than slots are free (a caller not in the queue has them all in front).
+  local rank = false
+  if queued then rank = redis.call('ZRANK', queue, owner) end
+  local ahead = rank or redis.call('ZCARD', queue)
+  if ahead >= #free then
+    hand_out(queue, turns, wake, turn_ms, #free, now)
+    return busy(turn_ms)
+  end
+end
+
+local last = redis.call('GET', KEYS[2])
+local counter = 0
+if last then
+  counter = tonumber(last)
+  if not counter then
+    return redis.error_reply('FENCERUN token key ' .. KEYS[2] .. ' does not hold a number')
+  end
+end
+local t = redis.call('TIME')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local token = now_us
+if counter + 1 > token then token = counter + 1 end
+local behind_us = 0
+if now_us < counter then behind_us = counter - now_us end
+if token >= 9007199254740992 then
+  return redis.error_reply('FENCERUN token for ' .. KEYS[2] .. ' would pass 2^53')
+end
+local text = string.format('%.0f', token)
+local slot = free[1]
+redis.call('SET', KEYS[2], text)
+local value = owner .. ' ' .. text .. ' ' .. ARGV[3] .. ' ' .. ARGV[4]
+redis.call('SET', slot_prefix .. slot, value, 'PX', ARGV[2])
+if queued then
+  redis.call('ZREM', queue, owner)
+  redis.call('ZREM', turns, owner)
+end
+if #free > 1 then
+  -- Slots are still free (newcomers took the ones waiters were woken for): wake as many waiters.
+  hand_out(queue, turns, wake, turn_ms, #free - 1, now)
+else
+  -- Every slot is held now: the first waiter looks again when the shortest lease runs out.
+  local pttl = tonumber(ARGV[2])
+  if soonest and soonest < pttl then pttl = soonest end
+  tell_first(queue, wake, pttl)
+end
+return {1, text, value, version, behind_us, slot}

@@ -1,0 +1,35 @@
+#pragma once
+// SlotsClient: the lease operations of a counting lock (--limit N, N >= 2): N slots, each a lease of
+// its own (<prefix>{NAME}:slot:I), tokens from NAME's one counter, the limit stored with the lock so
+// that every holder agrees on it, and the wait queue of the plain lock, where a freed slot wakes one
+// waiter (scripts/slots_*.lua). One holder per client: renew and release act on the slot the last
+// successful try_acquire took.
+#include "lease/lease_client.hpp"
+
+namespace fencerun::lease {
+
+class SlotsClient final : public LockOps {
+ public:
+  SlotsClient(redis::Client& client, LockKeys keys, long limit);
+
+  const LockKeys& keys() const override { return m_keys; }
+  redis::Client& client() override { return m_client; }
+  redis::Result<AcquireResult> try_acquire(std::string_view owner, std::chrono::milliseconds ttl, long pid,
+                                           std::string_view host, const ReplicaAck& ack, const Queueing& queueing,
+                                           Deadline deadline) override;
+  redis::Result<void> leave_queue(std::string_view owner, Deadline deadline) override;
+  redis::Result<RenewOutcome> renew(std::string_view value, std::chrono::milliseconds ttl, Deadline deadline,
+                                    Deadline& sent) override;
+  // Releases the slot held; when no slot is known to be held (an acquire whose reply was lost), the
+  // slot that holds `owner`, if any.
+  redis::Result<bool> release(std::string_view owner, std::optional<std::string_view> value, bool try_delex,
+                              Deadline deadline) override;
+
+ private:
+  redis::Client& m_client;
+  LockKeys m_keys;
+  std::string m_limit;
+  std::optional<int> m_slot;  // held since the last successful try_acquire
+};
+
+}  // namespace fencerun::lease
