@@ -264,6 +264,8 @@ def section(cells, meta):
     w("  by the runs. It includes each run's arrival (first try, subscription, queueing), its acquire, its")
     w("  renewals if any, its release and the wake-up of the next waiter. The scripts of a counting lock")
     w("  look at each of its N slots (a `PTTL` each) when they acquire or release, and these count too.")
+    w(f"- **CMD median**: how long CMD took from its first stamp to its last, median (nominally {hold} ms: more")
+    w("  means `sleep` waited for a CPU, which lowers runs/s for every tool of that cell alike).")
     w("- **most at once**: the largest number of runs whose CMD overlapped in time, from the log (must be")
     w("  at most N); **slot overlaps**: runs of one slot that overlapped (must be 0).")
     w("- **load**: /proc/loadavg (what `uptime` prints) before the cell → after it. Before each cell the")
@@ -295,12 +297,12 @@ def section(cells, meta):
         cmds = fmt(c.get("commands_per_handover")) if t in REDIS_TOOLS else "— (no server)"
         warn = "" if c.get("settled", True) else " ⚠"
         return (f"| {label} | {c['limit']} | {c['contenders']} | {fmt(c.get('per_second'))} | "
-                f"{c.get('slot_busy', 0):.0%} | {cmds} | {c.get('most_at_once', 'n/a')} | "
+                f"{c.get('slot_busy', 0):.0%} | {fmt(c.get('hold_ms_median'), 0)} ms | {cmds} | {c.get('most_at_once', 'n/a')} | "
                 f"{c.get('same_slot_overlaps', 'n/a')} | {status} | {c['load_before']} → {c['load_after']}{warn} |")
 
-    head = ("| tool | N | contenders | runs/s | slots busy | commands / hand-over | most at once | slot overlaps "
-            "| status | load before → after |")
-    sep = "|---|---|---|---|---|---|---|---|---|---|"
+    head = ("| tool | N | contenders | runs/s | slots busy | CMD median | commands / hand-over | most at once "
+            "| slot overlaps | status | load before → after |")
+    sep = "|---|---|---|---|---|---|---|---|---|---|---|"
     main_c = max((c["contenders"] for c in cells), key=lambda x: sum(1 for c in cells if c["contenders"] == x))
     w(f"Hand-over rate with {main_c} contenders:")
     w("")
