@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 
+sys.dont_write_bytecode = True  # no bench/__pycache__ from the imports below
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from handover import Workers, env_for_tools  # noqa: E402  (the contender loops of section 4)
 from waiters import Redis, loadavg  # noqa: E402
@@ -335,6 +336,16 @@ def section(cells, meta):
                                   + ("" if got[x].get("settled", True) else " ⚠") for x in cs)
                 w(f"| {TOOL_LABELS[t].replace(' N', '')} | {n} | " + " | ".join(parts) + f" | {loads} |")
         w("")
+        ratios = []
+        for t in ("fencerun", "fencerun-fair"):
+            for n in limits:
+                got = {c["contenders"]: c.get("commands_per_handover") for c in cells if c["tool"] == t and c["limit"] == n}
+                lo, hi = got.get(main_c), got.get(many[-1])
+                if lo and hi:
+                    ratios.append(f"{TOOL_LABELS[t].replace(' N', ' ' + str(n))}: {hi / lo:.2f}x")
+        if ratios:
+            w(f"Commands per hand-over with {many[-1]} contenders against {main_c}: " + "; ".join(ratios) + ".")
+            w("")
     w("Raw results (one JSON file per cell): the results directory that bench/limit.sh prints;")
     w("`bench/limit.py report --results DIR --doc docs/benchmarks.md` writes this section again from it.")
     w("Written by bench/limit.sh; bench/handover.py, bench/waiters.py and bench/startup.sh keep this section.")
