@@ -23,18 +23,6 @@ local owner = ARGV[1]
 local fair, queued = ARGV[5] == '1', ARGV[6] == '1'
 local wake, turn_ms = ARGV[7], tonumber(ARGV[8])
 
--- A counting lock of NAME (--limit N) that still has a holder: this run's limit (1) is another one.
--- A stored limit whose slots are all gone binds nobody any more.
-local stored = tonumber(redis.call('GET', ARGV[9]) or '')
-if stored then
-  if stored > 1 then
-    for i = 0, math.min(stored, 1024) - 1 do
-      if redis.call('EXISTS', ARGV[10] .. i) == 1 then return {2, stored, version} end
-    end
-  end
-  redis.call('DEL', ARGV[9])
-end
-
 -- A busy reply: the caller's place in the queue and the queue's length; a queued caller that is not
 -- in the queue joins it at the end.
 local function busy(pttl, holder, turn_left)
@@ -54,6 +42,20 @@ if queued then
 else
   local holder = redis.call('GET', lock)
   if holder then return busy(redis.call('PTTL', lock), holder, 0) end
+end
+
+-- The lock is free. A counting lock of NAME (--limit N) that still has a holder: this run's limit (1)
+-- is another one. A stored limit whose slots are all gone binds nobody any more. (Looked at only now:
+-- while a Cluster slot migrates, a key the source no longer has cannot be read there, and a held
+-- lock must still be reported as busy.)
+local stored = tonumber(redis.call('GET', ARGV[9]) or '')
+if stored then
+  if stored > 1 then
+    for i = 0, math.min(stored, 1024) - 1 do
+      if redis.call('EXISTS', ARGV[10] .. i) == 1 then return {2, stored, version} end
+    end
+  end
+  redis.call('DEL', ARGV[9])
 end
 
 if queued and not fair then
