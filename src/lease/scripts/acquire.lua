@@ -16,6 +16,7 @@
 -- holds only if this server's clock is ahead of the last token issued. A clock found behind the
 -- counter is reported: it would not have protected a lost counter.
 -- @include _queue.lua
+-- @include _token.lua
 if redis.replicate_commands then redis.replicate_commands() end
 local version = redis.REDIS_VERSION_NUM or 0
 local lock, queue, turn = KEYS[1], KEYS[3], KEYS[5]
@@ -84,25 +85,8 @@ elseif fair then
   end
 end
 
-local last = redis.call('GET', KEYS[2])
-local counter = 0
-if last then
-  counter = tonumber(last)
-  if not counter then
-    return redis.error_reply('FENCERUN token key ' .. KEYS[2] .. ' does not hold a number')
-  end
-end
-local now = redis.call('TIME')
-local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
-local token = now_us
-if counter + 1 > token then token = counter + 1 end
-local behind_us = 0
-if now_us < counter then behind_us = counter - now_us end
-if token >= 9007199254740992 then
-  return redis.error_reply('FENCERUN token for ' .. KEYS[2] .. ' would pass 2^53')
-end
-local text = string.format('%.0f', token)
-redis.call('SET', KEYS[2], text)
+local text, behind_us = next_token(KEYS[2])
+if not text then return behind_us end
 local value = owner .. ' ' .. text .. ' ' .. ARGV[3] .. ' ' .. ARGV[4]
 redis.call('SET', lock, value, 'PX', ARGV[2])
 if queued then
