@@ -52,13 +52,15 @@ end
 
 if #free == 0 then return busy(0) end
 if fair then
-  -- Free slots go to the waiters in arrival order: the caller takes one only when fewer waiters are
-  -- in front of it than slots are free (a caller not in the queue has them all in front).
+  -- Free slots go to the waiters one by one in arrival order, so that their tokens are in that order
+  -- too: the caller takes one only when nobody waits in front of it (a caller not in the queue has
+  -- all of them in front). The first waiter is woken if it was not; its acquisition wakes the next
+  -- while slots are left.
   local rank = false
   if queued then rank = redis.call('ZRANK', queue, owner) end
   local ahead = rank or redis.call('ZCARD', queue)
-  if ahead >= #free then
-    hand_out(queue, turns, wake, turn_ms, #free, now)
+  if ahead > 0 then
+    hand_out(queue, turns, wake, turn_ms, 1, now)
     return busy(turn_ms)
   end
 end
