@@ -28,12 +28,7 @@ local wake, turn_ms = ARGV[7], tonumber(ARGV[8])
 -- in the queue joins it at the end.
 local function busy(pttl, holder, turn_left)
   if not queued then return {0, pttl, holder, version, turn_left, -1, 0} end
-  local rank = redis.call('ZRANK', queue, owner)
-  local length = redis.call('ZCARD', queue)
-  if not rank then
-    redis.call('ZADD', queue, redis.call('INCR', KEYS[4]), owner)
-    rank, length = length, length + 1
-  end
+  local rank, length = place_in_queue(queue, KEYS[4], owner)
   return {0, pttl, false, version, turn_left, rank, length}
 end
 

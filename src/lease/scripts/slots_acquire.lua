@@ -41,12 +41,7 @@ local function busy(turn_left)
   end
   -- A turn it had is used up: the next free slot wakes somebody else.
   redis.call('ZREM', turns, owner)
-  local rank = redis.call('ZRANK', queue, owner)
-  local length = redis.call('ZCARD', queue)
-  if not rank then
-    redis.call('ZADD', queue, redis.call('INCR', KEYS[4]), owner)
-    rank, length = length, length + 1
-  end
+  local rank, length = place_in_queue(queue, KEYS[4], owner)
   return {0, pttl, false, version, turn_left, rank, length}
 end
 
