@@ -38,6 +38,8 @@ struct BadLimit {
   std::string message;  // the one line on stderr; empty: only its gist is checked
 };
 
+void PrintTo(const BadLimit& b, std::ostream* os) { *os << "--limit '" << b.value << "'"; }
+
 class LimitBadValue : public LimitCli, public ::testing::WithParamInterface<BadLimit> {};
 
 TEST_P(LimitBadValue, IsAUsageErrorThatRunsAndWritesNothing) {
@@ -167,7 +169,9 @@ TEST_F(LimitCli, StatusListsEveryHolderTheLimitAndTheWaiters) {
     EXPECT_EQ(hs[i].slot, i) << "the lowest free slot is taken";
     EXPECT_EQ(hs[i].limit, 3);
     EXPECT_EQ(hs[i].owner.size(), 32u) << hs[i].owner;
-    if (i > 0) EXPECT_GT(hs[i].token, hs[i - 1].token);
+    if (i > 0) {
+      EXPECT_GT(hs[i].token, hs[i - 1].token);
+    }
   }
   // A fourth run waits.
   auto w = start(name, holder_script("w"), limit_opts(3, {"--ttl", "20s", "--wait", "60s"}));

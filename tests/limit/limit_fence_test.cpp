@@ -12,6 +12,8 @@ namespace {
 
 enum class Guard { Redis, File };
 
+void PrintTo(Guard g, std::ostream* os) { *os << (g == Guard::Redis ? "fence redis" : "fence file"); }
+
 class LimitFence : public LimitTest, public ::testing::WithParamInterface<Guard> {
  protected:
   std::string fr() const { return shell_quote(fencerun_binary()); }

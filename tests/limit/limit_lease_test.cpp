@@ -80,6 +80,10 @@ struct LossCase {
   int victim;  // the slot whose lease is lost
 };
 
+void PrintTo(const LossCase& c, std::ostream* os) {
+  *os << (c.loss == Loss::Deleted ? "slot key deleted" : "slot key overwritten") << ", slot " << c.victim;
+}
+
 class LimitLostSlot : public LimitTest, public ::testing::WithParamInterface<LossCase> {};
 
 TEST_P(LimitLostSlot, StopsOnlyThatSlotsHolder) {
@@ -110,8 +114,9 @@ TEST_P(LimitLostSlot, StopsOnlyThatSlotsHolder) {
   // Renewal every TTL/3: the loss is seen within a second, and the command stopped at once.
   EXPECT_EQ(victim->wait_for_exit(5s), 124) << victim->result();
   EXPECT_TRUE(wait_dead(vh.cmd_pid, 3s)) << "the command of the holder that lost its slot still runs";
-  if (loss == Loss::Overwritten)
+  if (loss == Loss::Overwritten) {
     EXPECT_EQ(value(vk), intruder) << "the holder that lost its slot removed or changed the new owner's key";
+  }
 
   // The other holder renews through two more TTLs and keeps running.
   EXPECT_FALSE(wait_until([&] { return !other->running(); }, 4s)) << other->result();
