@@ -210,7 +210,7 @@ TEST_P(LimitHandoverCost, CommandsPerHandoverDoNotGrowWithWaiters) {
   RecordProperty("commands_per_handover_20", std::to_string(many));
   // A release that woke every waiter would cost each of them a try: 4 times as many with 20.
   EXPECT_LE(many, few * 1.25 + 2) << "commands per hand-over grow with the number of waiters";
-  EXPECT_LE(many, 40) << "commands per hand-over";
+  EXPECT_LE(many, 50) << "commands per hand-over (each waiter's whole run, script-internal calls included)";
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, LimitHandoverCost, ::testing::Values(false, true),
