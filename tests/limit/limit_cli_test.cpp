@@ -302,5 +302,63 @@ TEST_F(LimitCli, StatusOfAPlainLockShowsWaitersAndTheHolderAsSlotZero) {
   EXPECT_EQ(w->wait_for_exit(10s), 0) << w->result();
 }
 
+// --- logs and metrics ---
+
+// Every log event of a run that holds a slot names the slot next to the lock and the token; every
+// metrics series has the label slot="I" once a slot was acquired, slot="" when none was.
+TEST_F(LimitCli, LogsAndMetricsNameTheSlot) {
+  const std::string name = "logged";
+  auto h = start_slot_holder(name, "h", limit_opts(2));
+  auto json = run_sh(name, "true", limit_opts(2, {"--ttl", "30s", "-v", "--log-format", "json", "--metrics-file", "m.prom"}));
+  ASSERT_EQ(json.exit_code, 0) << json;
+  int with_token = 0;
+  for (const auto& l : split_lines(json.err)) {
+    auto doc = parse_json(l);
+    ASSERT_TRUE(doc && doc->kind == Json::Kind::Object) << "not a JSON log line: " << l;
+    if (!doc->find("token")) continue;
+    ++with_token;
+    const Json* slot = doc->find("slot");
+    ASSERT_NE(slot, nullptr) << "an event with a token but no slot: " << l;
+    // The interface writes "slot":"1"; a number 1 is taken too (the token is a number in these logs).
+    EXPECT_TRUE(slot->kind == Json::Kind::String || slot->kind == Json::Kind::Number) << l;
+    EXPECT_EQ(slot->text, "1") << l;
+    EXPECT_EQ(json_str(doc->find("lock")), name) << l;
+  }
+  EXPECT_GE(with_token, 2) << "the acquire and the release are logged with the token:\n" << json;
+
+  auto text = run_sh(name, "true", limit_opts(2, {"--ttl", "30s", "-v"}));
+  ASSERT_EQ(text.exit_code, 0) << text;
+  int text_events = 0;
+  for (const auto& l : split_lines(text.err)) {
+    if (l.find("token") == std::string::npos) continue;
+    ++text_events;
+    EXPECT_TRUE(l.find("slot: 1") != std::string::npos || l.find("slot=1") != std::string::npos) << l;
+  }
+  EXPECT_GE(text_events, 2) << text;
+
+  auto series = [&](const std::string& f) {
+    std::vector<std::string> out;
+    for (const auto& l : lines(f))
+      if (!l.empty() && l[0] != '#') out.push_back(l);
+    return out;
+  };
+  const auto m = series("m.prom");
+  ASSERT_FALSE(m.empty()) << "no metrics written";
+  for (const auto& l : m) EXPECT_NE(l.find("{lock=\"" + name + "\",slot=\"1\"}"), std::string::npos) << l;
+
+  // Both slots held: a run that gets none has slot="".
+  auto h2 = start_slot_holder(name, "h2", limit_opts(2));
+  auto busy = run_sh(name, "true", limit_opts(2, {"--metrics-file", "busy.prom"}));
+  EXPECT_EQ(busy.exit_code, 75) << busy;
+  const auto b = series("busy.prom");
+  ASSERT_FALSE(b.empty()) << "no metrics written for the busy run";
+  for (const auto& l : b) EXPECT_NE(l.find("{lock=\"" + name + "\",slot=\"\"}"), std::string::npos) << l;
+
+  release("h");
+  release("h2");
+  EXPECT_EQ(h->wait_for_exit(10s), 0) << h->result();
+  EXPECT_EQ(h2->wait_for_exit(10s), 0) << h2->result();
+}
+
 }  // namespace
 }  // namespace fencerun::test::limit
