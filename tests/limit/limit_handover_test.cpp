@@ -3,7 +3,9 @@
 //     queue one at a time (each once the one before has its place), and 10 more arrive later, one per
 //     round while slots change hands. In 20 rounds the test lets one or two of the commands inside
 //     end; the next one or two waiters in arrival order (and only they) must enter, with tokens
-//     greater than every token before;
+//     greater than every token before. In four rounds the waiter whose turn it is is stopped
+//     (SIGSTOP) for a moment while its slot frees, and a newcomer that arrives then must queue
+//     rather than take that slot;
 //   - a hand-over costs the same number of Redis commands whatever the number of waiters: with
 //     --limit 2, 20 waiters cost per hand-over what 5 do (INFO stats total_commands_processed less
 //     the test's own commands), with and without --fair.
@@ -100,11 +102,36 @@ TEST_F(LimitHandover, FairSlotsGoInArrivalOrder) {
     ASSERT_EQ(inside.size(), 2u);
     const std::size_t before = seen;
     std::vector<std::string> leaving(inside.begin(), inside.begin() + static_cast<long>(c));
+    // In rounds 3, 5, 7 and 9 the waiter whose turn comes is stopped (SIGSTOP) while the slot frees:
+    // the free slot is its own for its turn, and a newcomer that arrives then must queue, not take it.
+    const bool hold_up = round % 2 == 1 && round >= 3 && round <= 9;
+    const std::string head = arrival[next];
+    if (hold_up) {
+      ASSERT_TRUE(freeze(*ps_[head])) << head << " did not stop";
+    }
     for (const auto& id : leaving) release(id);
-    // A newcomer arrives while slots change hands: it is behind everyone already queued.
     std::string newcomer;
-    if (newcomers < 10) {
-      newcomer = "n" + std::to_string(newcomers++);
+    if (newcomers < 10) newcomer = "n" + std::to_string(newcomers++);
+    if (hold_up) {
+      for (const auto& id : leaving) EXPECT_EQ(ps_[id]->wait_for_exit(10s), 0) << id << ": " << ps_[id]->result();
+      ps_[newcomer] = start(name, entrant(newcomer), opts);
+      const bool queued_now = wait_until(
+          [&] {
+            for (const auto& e : entries())
+              if (e.id == newcomer) return true;
+            for (const auto& m : queue_members(name))
+              if (std::find(places.begin(), places.end(), m) == places.end()) return true;
+            return false;
+          },
+          10s);
+      ASSERT_TRUE(queued_now) << "round " << round << ": the newcomer neither queued nor entered: "
+                              << ps_[newcomer]->result();
+      for (const auto& e : entries())
+        ASSERT_NE(e.id, newcomer) << "round " << round << ": the newcomer took the slot freed for " << head
+                                  << ", the first in the queue (stopped for a moment)";
+      ASSERT_TRUE(thaw(*ps_[head]));
+    } else if (!newcomer.empty()) {
+      // A newcomer arrives while slots change hands: it is behind everyone already queued.
       ps_[newcomer] = start(name, entrant(newcomer), opts);
     }
     ASSERT_TRUE(wait_until([&] { return entries().size() >= before + c; }, 10s))
