@@ -3,6 +3,7 @@
 //     a waiter gets in then, into that slot, and not while the dead holder's slot key still exists;
 //   - a slot whose lease is lost (its key deleted, or overwritten by another owner) stops only the
 //     holder of that slot (exit 124, its command dead); the other holder keeps its slot and exits 0;
+//   - Redis frozen: every holder stops its own command before its own slot can expire (exit 124);
 //   - a holder stopped (SIGSTOP) past its TTL, whose slot another holder then took, does not free that
 //     slot when it runs again: the new holder's key is unchanged and it exits 0 normally.
 #include <gtest/gtest.h>
@@ -175,6 +176,47 @@ TEST_F(LimitLease, OldHoldersReleaseNeverFreesAnothersSlot) {
   EXPECT_EQ(ph->wait_for_exit(10s), 0) << ph->result();
   EXPECT_FALSE(exists(slot_key(name, 0)));
   EXPECT_FALSE(exists(slot_key(name, 1)));
+}
+
+// Redis frozen (SIGSTOP) while every slot is held: no renewal can succeed, so each holder stops its
+// own command before its own slot's lease can expire on the server (the last PTTL the test read is
+// an upper bound of what was left), exits 124, and says it stopped in time.
+TEST_F(LimitLease, FrozenRedisStopsEveryHolderBeforeItsSlotExpires) {
+  const std::string name = "frozen";
+  const auto opts = limit_opts(2, {"--ttl", "2s"});
+  Held a, b;
+  auto pa = start_slot_holder(name, "a", opts, &a);
+  auto pb = start_slot_holder(name, "b", opts, &b);
+  ASSERT_NE(a.slot, b.slot);
+  const long long pttl_a = redis().pttl(slot_key(name, a.slot));
+  const long long pttl_b = redis().pttl(slot_key(name, b.slot));
+  const auto frozen_at = Clock::now();
+  ASSERT_GT(pttl_a, 0);
+  ASSERT_GT(pttl_b, 0);
+  redis().freeze();
+  std::optional<Clock::time_point> a_dead, b_dead;
+  const bool both = wait_until(
+      [&] {
+        if (!a_dead && process_dead(a.cmd_pid)) a_dead = Clock::now();
+        if (!b_dead && process_dead(b.cmd_pid)) b_dead = Clock::now();
+        return a_dead && b_dead;
+      },
+      10s, 2ms);
+  redis().thaw();
+  ASSERT_TRUE(both) << "a command still ran with Redis frozen\n" << pa->result() << "\n" << pb->result();
+  auto ms = [&](Clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(t - frozen_at).count();
+  };
+  std::cout << "slot " << a.slot << ": command dead " << ms(*a_dead) << " ms after the freeze (PTTL " << pttl_a
+            << " ms); slot " << b.slot << ": " << ms(*b_dead) << " ms (PTTL " << pttl_b << " ms)\n";
+  EXPECT_LT(ms(*a_dead), pttl_a) << "holder a's command outlived its slot's lease";
+  EXPECT_LT(ms(*b_dead), pttl_b) << "holder b's command outlived its slot's lease";
+  for (auto* p : {pa.get(), pb.get()}) {
+    ASSERT_TRUE(p->wait_for_exit(10s)) << p->result();
+    EXPECT_EQ(*p->exit_code(), 124) << p->result();
+    EXPECT_NE(p->result().err.find("stopped before the lease deadline"), std::string::npos) << p->result();
+    EXPECT_EQ(p->result().err.find("only after the lease deadline"), std::string::npos) << p->result();
+  }
 }
 
 }  // namespace
