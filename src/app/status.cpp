@@ -48,12 +48,14 @@ std::string token_text(const lease::Holder& h) { return h.token ? std::to_string
 std::string text(const std::string& lock, const lease::LockStatus& s) {
   std::string out;
   const std::string last = "last token: " + (s.last_token ? std::to_string(*s.last_token) : std::string("none")) + "\n";
+  // The plain lock's lines are those of before there were slots, with the waiters when there are any.
   const std::string waiters = "waiters: " + std::to_string(s.waiters) + "\n";
-  if (s.holders.empty()) return lock + ": free\n" + waiters + last;
+  const std::string plain_waiters = s.waiters > 0 ? waiters : std::string();
+  if (s.holders.empty()) return lock + ": free\n" + plain_waiters + last;
   if (s.limit == 1) {
     const auto& h = s.holders.front();
     return lock + ": held by " + who(h.holder) + "\ntoken: " + token_text(h.holder) + "\nttl: " + ttl_text(h) + "\n" +
-           waiters + last;
+           plain_waiters + last;
   }
   out = lock + ": " + std::to_string(s.holders.size()) + " of " + std::to_string(s.limit) + " slots held\n";
   for (const auto& h : s.holders)

@@ -47,11 +47,14 @@ int exit_code_option(std::string_view option, int value) {
 
 // --limit N: a whole number from 1 to 1024 (lease::k_max_limit), in decimal digits only.
 long limit_option(const std::string& text) {
-  const bool digits = !text.empty() && text.size() <= 6 &&
-                      std::all_of(text.begin(), text.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
-  if (!digits) throw UsageError("--limit: '" + text + "' is not a whole number from 1 to 1024");
-  const long n = std::stol(text);
-  if (n < 1 || n > lease::k_max_limit) throw UsageError("--limit: " + text + " is not from 1 to 1024");
+  const std::string_view digits = std::string_view(text).substr(text.starts_with('-') ? 1 : 0);
+  const bool whole = !digits.empty() &&
+                     std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+  if (!whole) throw UsageError("--limit: '" + text + "' is not a whole number from 1 to 1024");
+  long n = 0;  // saturates above the range: a long run of digits is out of range, not an overflow
+  for (char ch : digits) n = std::min(n * 10 + (ch - '0'), lease::k_max_limit + 1);
+  if (text.starts_with('-') || n < 1 || n > lease::k_max_limit)
+    throw UsageError("--limit: " + text + " is not from 1 to 1024");
   return n;
 }
 

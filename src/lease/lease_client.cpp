@@ -151,6 +151,21 @@ Result<void> LeaseClient::leave_queue(std::string_view owner, Deadline deadline)
 }
 
 Result<LockStatus> lock_status(redis::Client& client, const LockKeys& keys, Deadline deadline) {
+  // While a Cluster slot migrates, the keys of one request may be on either node: a command answered
+  // with a redirection is sent again on its own, which follows it.
+  auto redirected = [&](Result<std::vector<Reply>>& replies, const std::vector<std::vector<std::string_view>>& sent) {
+    if (!replies) return;
+    for (std::size_t i = 0; i < replies->size(); ++i) {
+      Reply& r = (*replies)[i];
+      if (!(r.error_is("ASK") || r.error_is("MOVED"))) continue;
+      auto again = client.pipeline(std::span(&sent[i], 1), deadline);
+      if (!again) {
+        replies = std::unexpected(again.error());
+        return;
+      }
+      r = std::move(again->front());
+    }
+  };
   auto check = [](const Result<std::vector<Reply>>& replies) -> Result<void> {
     if (!replies) return std::unexpected(replies.error());
     for (const auto& r : *replies)
@@ -167,6 +182,7 @@ Result<LockStatus> lock_status(redis::Client& client, const LockKeys& keys, Dead
                                                          {"GET", keys.token},  {"GET", keys.limit},
                                                          {"ZCARD", keys.queue}};
   auto replies = client.pipeline(commands, deadline);
+  redirected(replies, commands);
   if (auto ok = check(replies); !ok) return std::unexpected(ok.error());
   const auto& r = *replies;
   LockStatus s;
@@ -187,6 +203,7 @@ Result<LockStatus> lock_status(redis::Client& client, const LockKeys& keys, Dead
     slot_commands.push_back({"PTTL", k});
   }
   auto slots = client.pipeline(slot_commands, deadline);
+  redirected(slots, slot_commands);
   if (auto ok = check(slots); !ok) return std::unexpected(ok.error());
   for (long i = 0; i < *limit; ++i)
     if (auto h = holder_at(i, (*slots)[2 * i], (*slots)[2 * i + 1])) s.holders.push_back(std::move(*h));

@@ -205,8 +205,10 @@ class RedisLease final : public Lease {
                 log::millis("retry_in", retry_in, util::format_duration(retry_in))});
   }
   void log_busy(const Busy& busy) const {
+    const std::string what =
+        m_request.limit > 1 ? "all " + std::to_string(m_request.limit) + " slots of the lock are" : "lock is";
     log::event(log::Level::info, "busy",
-               m_request.wait->count() == 0 ? "lock is busy" : "lock is still busy: wait ran out",
+               m_request.wait->count() == 0 ? what + " busy" : what + " still busy: wait ran out",
                {{"lock", m_request.lock},
                 {"holder_pid", busy.holder.pid ? std::to_string(*busy.holder.pid) : "unknown"},
                 {"holder_host", busy.holder.host.empty() ? "unknown" : busy.holder.host},

@@ -33,6 +33,11 @@ Result<std::vector<Reply>> run_script(redis::Client& client, const scripts::Sour
     sent = BootClock::now();
     replies = client.pipeline(commands, deadline);
   }
+  // While a Cluster slot migrates, TRYAGAIN refuses a script whose declared keys are not all on the
+  // node, and a key a script reads without declaring it (a counting lock's slots) fails it there: then
+  // it wrote nothing (its reads of such keys come before its writes) and may be tried again.
+  if (replies && replies->front().is_error() && replies->front().str.find("non local key") != std::string::npos)
+    return std::unexpected(Error{Error::Kind::migrating, std::string(script.name) + " script refused: " + replies->front().str});
   if (replies && replies->front().error_is("TRYAGAIN"))
     return std::unexpected(Error{Error::Kind::migrating, std::string(script.name) + " script refused: " + replies->front().str});
   if (replies && replies->front().is_error())

@@ -97,6 +97,32 @@ TEST_F(AclTest, RuleFromFencerunAclIsEnoughForRunWaitAndStatus) {
   EXPECT_FALSE(redis_.exists(lock_key("job")));
 }
 
+// The rule is enough for a counting lock too: its scripts' commands are in it, and so are its keys.
+TEST_F(AclTest, RuleFromFencerunAclIsEnoughForACountingLock) {
+  const std::string hold = "echo $$ > pid$FENCERUN_SLOT; while [ ! -e go ]; do sleep 0.02; done";
+  auto a = start(sh_args(url(), "job", hold, {"-t", "10s", "--limit", "2"}));
+  wait_pid("pid0");
+  auto b = start(sh_args(url(), "job", hold, {"-t", "10s", "--limit", "2"}));
+  wait_pid("pid1");
+  RunResult held = run({"status", "-r", url(), "job", "--json"});
+  EXPECT_EQ(held.exit_code, 0) << held;
+  EXPECT_NE(held.out.find("\"limit\":2"), std::string::npos) << held;
+  auto waiter = start(sh_args(url(), "job", "echo \"$FENCERUN_SLOT\" > slot", {"-w", "30s", "--fair", "--limit", "2"}));
+  ASSERT_TRUE(wait_until([&] { return redis_.cmd({"ZCARD", "fencerun:{job}:queue"}).integer == 1; }, 10s))
+      << "the waiter never took a place in the queue\n" << waiter->result();
+  touch("go");
+  for (auto* p : {a.get(), b.get(), waiter.get()}) {
+    ASSERT_TRUE(p->wait_for_exit(20s)) << p->result();
+    EXPECT_EQ(*p->exit_code(), 0) << p->result();
+    expect_no_password(p->result());
+  }
+  EXPECT_EQ(waiter->result().err.find("polling instead"), std::string::npos) << waiter->result();
+  EXPECT_TRUE(std::filesystem::exists(file("slot")));
+  EXPECT_FALSE(redis_.exists("fencerun:{job}:slot:0"));
+  EXPECT_FALSE(redis_.exists("fencerun:{job}:slot:1"));
+  EXPECT_FALSE(redis_.exists("fencerun:{job}:limit"));
+}
+
 // A user with the rule's keys and commands but no channel (an older rule, or a site's policy): a waiter
 // cannot subscribe, so it polls without a place in the queue, and still acquires after the release.
 // A release by this user works though it may not wake the waiter that listens; that one then looks

@@ -127,6 +127,51 @@ TEST_F(ClusterTest, FairWaitersThroughAnotherNodeKeepTheirOrder) {
   EXPECT_FALSE(owner.exists(lock_key("job")));
 }
 
+// A counting lock through a node that does not own NAME's slot: every key of NAME (its slots, the
+// limit, the counter, the queue) hashes to NAME's one slot, so its scripts run where the keys live.
+TEST_F(ClusterTest, CountingLockThroughAnotherNodeKeepsEveryKeyOnTheOwner) {
+  const size_t entry = other(1), third = other(2);
+  RedisServer& owner = cluster_->node(owner_);
+  for (const char* suffix : {"slot:0", "slot:1", "limit", "turns", "queue"})
+    EXPECT_EQ(cluster_->keyslot(std::string("fencerun:{job}:") + suffix), slot_) << suffix;
+  const std::string hold = "echo $$ > pid$FENCERUN_SLOT; echo \"$FENCERUN_TOKEN\" > token$FENCERUN_SLOT; "
+                           "while [ ! -e go ]; do sleep 0.02; done";
+  auto a = start(sh_args(url(entry), "job", hold, {"-t", "5s", "--limit", "2"}));
+  wait_pid("pid0");
+  auto b = start(sh_args(url(third), "job", hold, {"-t", "5s", "--limit", "2"}));
+  wait_pid("pid1");
+  EXPECT_GT(read_token(file("token1")), read_token(file("token0")));
+  EXPECT_TRUE(owner.exists("fencerun:{job}:slot:0"));
+  EXPECT_TRUE(owner.exists("fencerun:{job}:slot:1"));
+  EXPECT_EQ(owner.get("fencerun:{job}:limit"), "2");
+  EXPECT_EQ(cluster_->node(entry).dbsize(), 0);
+  EXPECT_EQ(cluster_->node(third).dbsize(), 0);
+
+  RunResult busy = run(sh_args(url(entry), "job", "touch ran", {"--limit", "2"}));
+  EXPECT_EQ(busy.exit_code, 75) << busy;
+  RunResult other_limit = run(sh_args(url(third), "job", "touch ran", {"--limit", "3"}));
+  EXPECT_EQ(other_limit.exit_code, 64) << other_limit;
+  EXPECT_FALSE(std::filesystem::exists(file("ran")));
+  auto [code, json] = status_json(entry);
+  EXPECT_EQ(code, 0);
+  EXPECT_EQ(json_number(json, "limit"), 2);
+
+  // A waiter through a third way in is woken by a freed slot.
+  auto waiter = start(sh_args(url(third), "job", "echo \"$FENCERUN_SLOT\" > waiter_slot",
+                              {"-t", "5s", "--limit", "2", "-w", "30s"}));
+  ASSERT_TRUE(wait_until([&] { return owner.cmd({"ZCARD", "fencerun:{job}:queue"}).integer == 1; }, 10s))
+      << waiter->result();
+  touch("go");
+  for (auto* p : {a.get(), b.get(), waiter.get()}) {
+    ASSERT_TRUE(p->wait_for_exit(20s)) << p->result();
+    EXPECT_EQ(*p->exit_code(), 0) << p->result();
+  }
+  const std::string waiter_slot = trim(read_file(file("waiter_slot")).value_or(""));
+  EXPECT_TRUE(waiter_slot == "0" || waiter_slot == "1") << waiter_slot;
+  for (const char* suffix : {"slot:0", "slot:1", "limit"})
+    EXPECT_FALSE(owner.exists(std::string("fencerun:{job}:") + suffix)) << suffix;
+}
+
 TEST_F(ClusterTest, AskDuringSlotMigration) {
   const size_t source = owner_, target = other(1), entry = other(2);
   const long long t1 = run_token(entry);

@@ -57,6 +57,20 @@ TEST_F(ReplicaTest, MinReplicasTwoWithOneReplicaReleasesAndExits69) {
   EXPECT_EQ(next.exit_code, 0) << next;
 }
 
+// Each holder of a counting lock waits for its own replicas; a slot not confirmed is released.
+TEST_F(ReplicaTest, MinReplicasWithALimitConfirmsEachSlotOrReleasesIt) {
+  RunResult ok = run(sh_args(master_->url(), "job", "echo \"$FENCERUN_SLOT\" > slot",
+                             {"--limit", "2", "--min-replicas", "1"}));
+  ASSERT_EQ(ok.exit_code, 0) << ok;
+  EXPECT_EQ(trim(read_file(file("slot")).value_or("")), "0");
+  RunResult short_of = run(sh_args(master_->url(), "job", "touch ran", {"--limit", "2", "--min-replicas", "2"}));
+  EXPECT_EQ(short_of.exit_code, 69) << short_of;
+  EXPECT_FALSE(std::filesystem::exists(file("ran"))) << "the command must not run";
+  EXPECT_NE(short_of.err.find("only 1 of 2 replicas"), std::string::npos) << short_of;
+  EXPECT_FALSE(master_->exists("fencerun:{job}:slot:0")) << "the slot must have been released";
+  EXPECT_FALSE(master_->exists("fencerun:{job}:limit"));
+}
+
 TEST_F(ReplicaTest, MinReplicasWithFrozenReplicaTimesOut) {
   replica_->freeze();
   RunResult r = run(sh_args(master_->url(), "job", "touch ran",

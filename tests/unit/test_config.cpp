@@ -643,7 +643,7 @@ TEST(make_config, keeps_the_replica_timeout_below_half_the_ttl) {
 
 TEST(make_config, reads_the_limit_and_defaults_to_one) {
   EXPECT_EQ(configure(run_options()).run.limit, 1);
-  for (auto [text, n] : {std::pair{"1", 1L}, {"2", 2L}, {"1024", 1024L}, {"007", 7L}}) {
+  for (auto [text, n] : {std::pair{"1", 1L}, {"2", 2L}, {"1024", 1024L}, {"007", 7L}, {"0000000012", 12L}}) {
     Options o = run_options();
     o.limit = text;
     EXPECT_EQ(configure(o).run.limit, n) << text;
@@ -651,7 +651,7 @@ TEST(make_config, reads_the_limit_and_defaults_to_one) {
 }
 
 TEST(make_config, rejects_a_limit_outside_one_to_1024) {
-  for (const char* text : {"0", "1025", "999999", "00000"}) {
+  for (const char* text : {"0", "1025", "999999", "00000", "-1", "-3", "99999999999999999999", "00001025"}) {
     Options o = run_options();
     o.limit = text;
     EXPECT_EQ(usage_error(o), std::string("--limit: ") + text + " is not from 1 to 1024");
@@ -659,7 +659,7 @@ TEST(make_config, rejects_a_limit_outside_one_to_1024) {
 }
 
 TEST(make_config, rejects_a_limit_that_is_not_a_whole_number) {
-  for (const char* text : {"abc", "", "-1", "+2", "2.5", " 3", "3 ", "1e3", "0x10", "99999999999999999999"}) {
+  for (const char* text : {"abc", "", "-", "+2", "2.5", " 3", "3 ", "1e3", "0x10", "--1"}) {
     Options o = run_options();
     o.limit = text;
     EXPECT_EQ(usage_error(o), std::string("--limit: '") + text + "' is not a whole number from 1 to 1024") << text;

@@ -13,6 +13,18 @@ local function publish(channel, message)
   return -1
 end
 
+-- The caller's place in the queue (0 first) and the queue's length; a caller not in the queue joins
+-- it at the end, with the next ticket.
+local function place_in_queue(queue, tickets, owner)
+  local rank = redis.call('ZRANK', queue, owner)
+  local length = redis.call('ZCARD', queue)
+  if not rank then
+    redis.call('ZADD', queue, redis.call('INCR', tickets), owner)
+    rank, length = length, length + 1
+  end
+  return rank, length
+end
+
 -- Wakes the first waiter that listens ('go'), gives it the turn, and tells the one behind it when to
 -- step in if the first does not come ('backup MS'). Waiters found gone are dropped on the way.
 -- Returns the owner woken, or nil when nobody waits.

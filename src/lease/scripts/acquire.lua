@@ -16,6 +16,7 @@
 -- holds only if this server's clock is ahead of the last token issued. A clock found behind the
 -- counter is reported: it would not have protected a lost counter.
 -- @include _queue.lua
+-- @include _token.lua
 if redis.replicate_commands then redis.replicate_commands() end
 local version = redis.REDIS_VERSION_NUM or 0
 local lock, queue, turn = KEYS[1], KEYS[3], KEYS[5]
@@ -23,28 +24,11 @@ local owner = ARGV[1]
 local fair, queued = ARGV[5] == '1', ARGV[6] == '1'
 local wake, turn_ms = ARGV[7], tonumber(ARGV[8])
 
--- A counting lock of NAME (--limit N) that still has a holder: this run's limit (1) is another one.
--- A stored limit whose slots are all gone binds nobody any more.
-local stored = tonumber(redis.call('GET', ARGV[9]) or '')
-if stored then
-  if stored > 1 then
-    for i = 0, math.min(stored, 1024) - 1 do
-      if redis.call('EXISTS', ARGV[10] .. i) == 1 then return {2, stored, version} end
-    end
-  end
-  redis.call('DEL', ARGV[9])
-end
-
 -- A busy reply: the caller's place in the queue and the queue's length; a queued caller that is not
 -- in the queue joins it at the end.
 local function busy(pttl, holder, turn_left)
   if not queued then return {0, pttl, holder, version, turn_left, -1, 0} end
-  local rank = redis.call('ZRANK', queue, owner)
-  local length = redis.call('ZCARD', queue)
-  if not rank then
-    redis.call('ZADD', queue, redis.call('INCR', KEYS[4]), owner)
-    rank, length = length, length + 1
-  end
+  local rank, length = place_in_queue(queue, KEYS[4], owner)
   return {0, pttl, false, version, turn_left, rank, length}
 end
 
@@ -54,6 +38,20 @@ if queued then
 else
   local holder = redis.call('GET', lock)
   if holder then return busy(redis.call('PTTL', lock), holder, 0) end
+end
+
+-- The lock is free. A counting lock of NAME (--limit N) that still has a holder: this run's limit (1)
+-- is another one. A stored limit whose slots are all gone binds nobody any more. (Looked at only now:
+-- while a Cluster slot migrates, a key the source no longer has cannot be read there, and a held
+-- lock must still be reported as busy.)
+local stored = tonumber(redis.call('GET', ARGV[9]) or '')
+if stored then
+  if stored > 1 then
+    for i = 0, math.min(stored, 1024) - 1 do
+      if redis.call('EXISTS', ARGV[10] .. i) == 1 then return {2, stored, version} end
+    end
+  end
+  redis.call('DEL', ARGV[9])
 end
 
 if queued and not fair then
@@ -82,25 +80,8 @@ elseif fair then
   end
 end
 
-local last = redis.call('GET', KEYS[2])
-local counter = 0
-if last then
-  counter = tonumber(last)
-  if not counter then
-    return redis.error_reply('FENCERUN token key ' .. KEYS[2] .. ' does not hold a number')
-  end
-end
-local now = redis.call('TIME')
-local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
-local token = now_us
-if counter + 1 > token then token = counter + 1 end
-local behind_us = 0
-if now_us < counter then behind_us = counter - now_us end
-if token >= 9007199254740992 then
-  return redis.error_reply('FENCERUN token for ' .. KEYS[2] .. ' would pass 2^53')
-end
-local text = string.format('%.0f', token)
-redis.call('SET', KEYS[2], text)
+local text, behind_us = next_token(KEYS[2])
+if not text then return behind_us end
 local value = owner .. ' ' .. text .. ' ' .. ARGV[3] .. ' ' .. ARGV[4]
 redis.call('SET', lock, value, 'PX', ARGV[2])
 if queued then

@@ -11,6 +11,7 @@
 -- a lock agree on N: the limit is stored while a slot is held, and a plain holder counts as 1.
 -- @include _queue.lua
 -- @include _slots.lua
+-- @include _token.lua
 if redis.replicate_commands then redis.replicate_commands() end
 local version = redis.REDIS_VERSION_NUM or 0
 local limit_key, queue, turns = KEYS[1], KEYS[3], KEYS[5]
@@ -40,48 +41,28 @@ local function busy(turn_left)
   end
   -- A turn it had is used up: the next free slot wakes somebody else.
   redis.call('ZREM', turns, owner)
-  local rank = redis.call('ZRANK', queue, owner)
-  local length = redis.call('ZCARD', queue)
-  if not rank then
-    redis.call('ZADD', queue, redis.call('INCR', KEYS[4]), owner)
-    rank, length = length, length + 1
-  end
+  local rank, length = place_in_queue(queue, KEYS[4], owner)
   return {0, pttl, false, version, turn_left, rank, length}
 end
 
 if #free == 0 then return busy(0) end
 if fair then
-  -- Free slots go to the waiters in arrival order: the caller takes one only when fewer waiters are
-  -- in front of it than slots are free (a caller not in the queue has them all in front).
+  -- Free slots go to the waiters one by one in arrival order, so that their tokens are in that order
+  -- too: the caller takes one only when nobody waits in front of it (a caller not in the queue has
+  -- all of them in front). The first waiter is woken if it was not; its acquisition wakes the next
+  -- while slots are left.
   local rank = false
   if queued then rank = redis.call('ZRANK', queue, owner) end
   local ahead = rank or redis.call('ZCARD', queue)
-  if ahead >= #free then
-    hand_out(queue, turns, wake, turn_ms, #free, now)
+  if ahead > 0 then
+    hand_out(queue, turns, wake, turn_ms, 1, now)
     return busy(turn_ms)
   end
 end
 
-local last = redis.call('GET', KEYS[2])
-local counter = 0
-if last then
-  counter = tonumber(last)
-  if not counter then
-    return redis.error_reply('FENCERUN token key ' .. KEYS[2] .. ' does not hold a number')
-  end
-end
-local t = redis.call('TIME')
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local token = now_us
-if counter + 1 > token then token = counter + 1 end
-local behind_us = 0
-if now_us < counter then behind_us = counter - now_us end
-if token >= 9007199254740992 then
-  return redis.error_reply('FENCERUN token for ' .. KEYS[2] .. ' would pass 2^53')
-end
-local text = string.format('%.0f', token)
+local text, behind_us = next_token(KEYS[2])
+if not text then return behind_us end
 local slot = free[1]
-redis.call('SET', KEYS[2], text)
 local value = owner .. ' ' .. text .. ' ' .. ARGV[3] .. ' ' .. ARGV[4]
 redis.call('SET', slot_prefix .. slot, value, 'PX', ARGV[2])
 if queued then
