@@ -82,6 +82,9 @@ int main(int argc, char** argv) {
                {{"source", config.common.url_source}});
     if (config.subcommand == config::Subcommand::status) return app::status(config);
     if (config.subcommand == config::Subcommand::acl) return app::acl(config);
+    if (config.subcommand == config::Subcommand::list) return app::list(config);
+    if (config.subcommand == config::Subcommand::break_lock) return app::break_lock(config);
+    if (config.subcommand == config::Subcommand::bump) return app::bump(config);
     app::Exit exit = app::run(config);
     if (exit.signal) supervisor::die_by_signal(exit.signal);  // returns only if that signal is ignored
     return exit.code;

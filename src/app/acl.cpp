@@ -20,7 +20,7 @@ std::string glob_escape(const std::string& s) {
 
 }  // namespace
 
-std::string acl_rule(const std::string& key_prefix, bool delex) {
+std::string acl_rule(const std::string& key_prefix, bool delex, bool admin) {
   std::string p = glob_escape(key_prefix);
   std::string rule = "resetkeys ~" + p + "* resetchannels &" + p + "* -@all";
   // Sent by fencerun itself: scripts, the status query (+zcard), connection set-up, Sentinel/Cluster, WAIT.
@@ -28,11 +28,13 @@ std::string acl_rule(const std::string& key_prefix, bool delex) {
   // Run inside the acquire, renew, release, leave and wake scripts (the wait queue included).
   rule += " +set +time +pexpire +del +exists +zadd +zrank +zcard +zrange +zrem +incr +zscore +zrangebyscore";
   if (delex) rule += " +delex";
+  // list walks the keys (SCAN, on every master of a Cluster: CLUSTER NODES); break and bump run scripts.
+  if (admin) rule += " +scan +cluster|nodes";
   return rule;
 }
 
 int acl(const config::Config& c) {
-  std::string rule = acl_rule(c.common.key_prefix, c.acl_delex) + "\n";
+  std::string rule = acl_rule(c.common.key_prefix, c.acl_delex, c.acl_admin) + "\n";
   std::fwrite(rule.data(), 1, rule.size(), stdout);
   return 0;
 }

@@ -16,9 +16,12 @@ struct Exit {
 Exit run(const config::Config& config);
 int status(const config::Config& config);
 int acl(const config::Config& config);
+int list(const config::Config& config);
+int break_lock(const config::Config& config);
+int bump(const config::Config& config);
 
 // The ACL rule `fencerun acl` prints: key and channel patterns for `key_prefix` and every command
 // fencerun sends or its scripts run.
-std::string acl_rule(const std::string& key_prefix, bool delex);
+std::string acl_rule(const std::string& key_prefix, bool delex, bool admin = false);
 
 }  // namespace fencerun::app

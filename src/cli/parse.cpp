@@ -57,6 +57,9 @@ struct Parser {
   CLI::App* run = nullptr;
   CLI::App* status = nullptr;
   CLI::App* acl = nullptr;
+  CLI::App* list = nullptr;
+  CLI::App* break_lock = nullptr;
+  CLI::App* bump = nullptr;
   CLI::App* fence = nullptr;
   CLI::App* fence_file = nullptr;
   CLI::App* fence_redis = nullptr;
@@ -93,6 +96,21 @@ struct Parser {
     acl = app.add_subcommand("acl");
     acl->add_option("--key-prefix", o.key_prefix);
     acl->add_flag("--delex", o.acl_delex);
+    acl->add_flag("--admin", o.acl_admin);
+    list = app.add_subcommand("list");
+    add_connection_options(*list, o);
+    list->add_flag("--json", o.json);
+    list->add_flag("--all", o.list_all);
+    list->add_option("PATTERN", o.list_pattern);
+    break_lock = app.add_subcommand("break");
+    add_connection_options(*break_lock, o);
+    break_lock->add_option("--owner", o.break_owner);
+    break_lock->add_flag("-y,--yes", o.yes);
+    break_lock->add_option("NAME", o.lock_name);
+    bump = app.add_subcommand("bump");
+    add_connection_options(*bump, o);
+    bump->add_option("--above", o.bump_above);
+    bump->add_option("NAME", o.lock_name);
   }
   void add_fence() {
     if (fence) return;
@@ -217,7 +235,10 @@ std::string help_text() {
   return R"(Usage: fencerun [OPTIONS] NAME [--] COMMAND [ARG...]
        fencerun run [OPTIONS] NAME [--] COMMAND [ARG...]
        fencerun status [OPTIONS] NAME [--json]
-       fencerun acl [--key-prefix STR] [--delex]
+       fencerun list [OPTIONS] [PATTERN] [--all] [--json]
+       fencerun break [OPTIONS] NAME [--owner PREFIX] [--yes]
+       fencerun bump [OPTIONS] NAME --above N
+       fencerun acl [--key-prefix STR] [--delex] [--admin]
        fencerun fence file|redis|sql ...  (resource-side guards: fencerun(1))
        fencerun --version | --help
 
@@ -265,8 +286,15 @@ Options:
 )" + std::string(k_tls_help) + R"(  -v, --verbose            log lease events (repeat for debug)
   -q, --quiet              log errors only
       --log-format FMT     text or json (default: text)
-      --json               status: print JSON
+      --json               status, list: print JSON
+      --all                list: also free locks that have issued tokens
+      --owner PREFIX       break: only the holder whose owner id starts with
+                           PREFIX (at least 8 hex digits, as status shows)
+  -y, --yes                break: do not ask (required without a terminal)
+      --above N            bump: raise the token counter so that the next
+                           token is greater than N
       --delex              acl: also allow DELEX (Redis 8.4 and later)
+      --admin              acl: also allow what list, break and bump send
   -h, --help               show this help and exit
       --version            show the version and exit
 
@@ -275,7 +303,8 @@ Durations: 500ms, 30s, 1.5s, 2m30s, 1h; a bare number is seconds (0.5 = 500ms).
 Exit status: the command's own status; 128+N if it was killed by signal N;
 64 usage error; 69 Redis unavailable; 75 lock busy; 124 lease lost;
 126 command not executable; 127 command not found; 70 internal error.
-status: 0 held, 3 free, 69 unavailable.
+status, list: 0 held, 3 free (nothing held), 69 unavailable.
+break: 0 broken, 3 nothing held (or no such owner), 1 not confirmed.
 
 Password: from the URL, else $FENCERUN_REDIS_PASSWORD, else $REDISCLI_AUTH;
 sentinels' own password: $FENCERUN_SENTINEL_PASSWORD.
@@ -418,6 +447,9 @@ std::vector<DeclaredOptions> declared_options() {
           {"run", names_of(*p.run)},
           {"status", names_of(*p.status)},
           {"acl", names_of(*p.acl)},
+          {"list", names_of(*p.list)},
+          {"break", names_of(*p.break_lock)},
+          {"bump", names_of(*p.bump)},
           {"fence", names_of(*p.fence)},
           {"fence file", names_of(*p.fence_file)},
           {"fence redis", names_of(*p.fence_redis)},
@@ -528,7 +560,7 @@ config::Options parse(int argc, const char* const* argv) {
         return check_option(word, scope);
       } catch (const UsageError&) {
         p.add_status_and_acl();
-        scope = {&p.app, p.status, p.acl};
+        scope = {&p.app, p.status, p.acl, p.list, p.break_lock, p.bump};
       }
     }
     return check_option(word, scope);
@@ -557,9 +589,10 @@ config::Options parse(int argc, const char* const* argv) {
     }
     if (first_word) {
       first_word = false;
-      if (a == "status" || a == "acl") other_subcommand = true, p.add_status_and_acl();
+      const bool admin = a == "status" || a == "acl" || a == "list" || a == "break" || a == "bump";
+      if (admin) other_subcommand = true, p.add_status_and_acl();
       if (a == "run") p.add_run();
-      if (a == "status" || a == "acl" || a == "run") {
+      if (admin || a == "run") {
         before.emplace_back(a);
         continue;
       }
@@ -589,6 +622,12 @@ config::Options parse(int argc, const char* const* argv) {
   if (p.acl && p.acl->parsed()) {
     o.subcommand = config::Subcommand::acl;
     if (saw_separator) throw UsageError("acl takes no COMMAND");
+  } else if (p.list && (p.list->parsed() || p.break_lock->parsed() || p.bump->parsed())) {
+    const std::string_view which = p.list->parsed() ? "list" : p.break_lock->parsed() ? "break" : "bump";
+    o.subcommand = p.list->parsed()         ? config::Subcommand::list
+                   : p.break_lock->parsed() ? config::Subcommand::break_lock
+                                            : config::Subcommand::bump;
+    if (saw_separator) throw UsageError(std::string(which) + " takes no COMMAND");
   } else if (p.status && p.status->parsed()) {
     o.subcommand = config::Subcommand::status;
     if (saw_separator)

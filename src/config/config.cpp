@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -55,6 +56,30 @@ long limit_option(const std::string& text) {
   for (char ch : digits) n = std::min(n * 10 + (ch - '0'), lease::k_max_limit + 1);
   if (text.starts_with('-') || n < 1 || n > lease::k_max_limit)
     throw UsageError("--limit: " + text + " is not from 1 to 1024");
+  return n;
+}
+
+// break --owner PREFIX: the start of an owner id (32 hex digits), long enough to name one holder.
+std::string owner_prefix_option(const std::string& text) {
+  constexpr std::size_t k_min = 8, k_max = 32;
+  const bool hex = std::all_of(text.begin(), text.end(), [](char ch) { return std::isxdigit(static_cast<unsigned char>(ch)); });
+  if (!hex || text.empty() || text.size() > k_max)
+    throw UsageError("--owner: '" + text + "' is not the start of an owner id (hex digits, as status shows)");
+  if (text.size() < k_min)
+    throw UsageError("--owner: '" + text + "' is too short to name one holder: give at least 8 hex digits");
+  std::string lower = text;
+  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return lower;
+}
+
+// bump --above N: a token, a positive decimal integer below 2^53.
+std::uint64_t token_option(std::string_view option, const std::string& text) {
+  constexpr std::uint64_t k_limit = 9'007'199'254'740'992ULL;  // 2^53
+  const bool digits = !text.empty() && text.size() <= 16 &&
+                      std::all_of(text.begin(), text.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+  const std::uint64_t n = digits ? std::stoull(text) : 0;
+  if (!digits || n == 0 || n >= k_limit)
+    throw UsageError(std::string(option) + ": '" + text + "' is not a positive integer below 2^53");
   return n;
 }
 
@@ -133,15 +158,36 @@ Config make_config(const Options& o, const GetEnv& getenv, const ParseSignal& pa
   c.common = make_common_config(o, getenv);
   check_tls_files(c.common.endpoint.tls);
   c.acl_delex = o.acl_delex;
+  c.acl_admin = o.acl_admin;
   if (o.subcommand == Subcommand::version || o.subcommand == Subcommand::help || o.subcommand == Subcommand::acl ||
       o.subcommand == Subcommand::fence)
     return c;
+  if (o.subcommand == Subcommand::list) {
+    c.json = o.json;
+    c.list_all = o.list_all;
+    if (o.list_pattern) {
+      // A glob of names: what a NAME may hold, plus the glob characters (which names may hold too).
+      if (auto ok = validate_lock_name(*o.list_pattern); !ok) throw UsageError("list: PATTERN: " + ok.error());
+      c.list_pattern = *o.list_pattern;
+    }
+    return c;
+  }
 
   if (o.lock_name.empty()) throw UsageError("missing lock NAME");
   if (auto ok = validate_lock_name(o.lock_name); !ok) throw UsageError(ok.error());
   c.run.lock = o.lock_name;
   if (o.subcommand == Subcommand::status) {
     if (!o.command.empty()) throw UsageError("status takes no COMMAND");
+    return c;
+  }
+  if (o.subcommand == Subcommand::break_lock) {
+    c.yes = o.yes;
+    if (o.break_owner) c.break_owner = owner_prefix_option(*o.break_owner);
+    return c;
+  }
+  if (o.subcommand == Subcommand::bump) {
+    if (!o.bump_above) throw UsageError("bump: missing --above N");
+    c.bump_above = token_option("--above", *o.bump_above);
     return c;
   }
 

@@ -1,6 +1,7 @@
 #pragma once
 // Validated configuration (pure functions, apart from check_tls_files and make_config, which calls it).
 #include <chrono>
+#include <cstdint>
 #include <expected>
 #include <functional>
 #include <optional>
@@ -60,7 +61,16 @@ struct Config {
   RunConfig run;   // run and status (status uses run.lock)
   bool json = false;
   bool acl_delex = false;
-  std::optional<std::string> metrics_file;  // run: Prometheus textfile written after the run
+  bool acl_admin = false;
+  std::optional<std::string> metrics_file;
+  // list: the NAME glob (Redis MATCH syntax, default "*"), and free locks too
+  std::string list_pattern = "*";
+  bool list_all = false;
+  // break: the holder's owner id prefix (lower-case hex, at least 8 digits); no question asked
+  std::optional<std::string> break_owner;
+  bool yes = false;
+  // bump: the next token must be greater than this
+  std::uint64_t bump_above = 0;  // run: Prometheus textfile written after the run
 };
 
 using GetEnv = std::function<std::optional<std::string>(const char*)>;

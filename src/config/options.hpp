@@ -10,7 +10,7 @@
 
 namespace fencerun::config {
 
-enum class Subcommand { run, status, acl, fence, version, help };
+enum class Subcommand { run, status, acl, fence, list, break_lock, bump, version, help };
 
 // The most words CMD of `fence redis` may have: the script passes them to redis.pcall through
 // Lua's unpack(), which returns at most 7998 values in the Lua 5.1 of Redis (LUAI_MAXCSTACK 8000
@@ -54,6 +54,14 @@ struct Options {
   std::string replica_timeout = "1s";
 
   bool acl_delex = false;  // acl --delex
+  bool acl_admin = false;  // acl --admin: also what list, break and bump send
+
+  // list [PATTERN] [--all], break NAME [--owner PREFIX] [--yes], bump NAME --above N
+  std::optional<std::string> list_pattern;
+  bool list_all = false;
+  std::optional<std::string> break_owner;
+  bool yes = false;
+  std::optional<std::string> bump_above;
 
   // fence: the guard, --token, --resource (redis) and the operands (file: PATH, sql: the dialect)
   FenceGuard fence_guard = FenceGuard::none;

@@ -6,6 +6,7 @@
 
 #include "lease/embedded_scripts.hpp"
 #include "lease/script_call.hpp"
+#include "lease/slots_client.hpp"
 
 namespace fencerun::lease {
 using redis::Error;
@@ -210,6 +211,30 @@ Result<LockStatus> lock_status(redis::Client& client, const LockKeys& keys, Dead
   // Slots all gone: the stored limit binds nobody and the lock is free.
   if (!s.holders.empty()) s.limit = *limit;
   return s;
+}
+
+Result<Bumped> bump_counter(redis::Client& client, const LockKeys& keys, std::uint64_t above, Deadline deadline) {
+  std::string n = std::to_string(above);
+  std::string_view script_keys[] = {keys.token};
+  std::string_view args[] = {n};
+  Deadline sent{};
+  auto reply = run_script(client, scripts::k_bump, script_keys, args, deadline, sent);
+  if (!reply) return std::unexpected(reply.error());
+  const auto& e = reply->elements;
+  if (!reply->is_array() || e.size() != 2 || !e[0].is_string() || !e[1].is_string())
+    return std::unexpected(protocol_error("unexpected reply to the bump script"));
+  Bumped b;
+  if (e[0].str != "-1") b.before = to_number<std::uint64_t>(e[0].str);
+  auto after = to_number<std::uint64_t>(e[1].str);
+  if (!after) return std::unexpected(protocol_error("unexpected reply to the bump script"));
+  b.after = *after;
+  return b;
+}
+
+Result<bool> release_holder(redis::Client& client, const LockKeys& keys, long limit, std::string_view owner,
+                            Deadline deadline) {
+  if (limit > 1) return SlotsClient(client, keys, limit).release(owner, std::nullopt, false, deadline);
+  return LeaseClient(client, keys).release(owner, std::nullopt, false, deadline);
 }
 
 }  // namespace fencerun::lease

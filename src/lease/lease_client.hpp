@@ -108,6 +108,20 @@ struct LockStatus {
 // token. Two round trips for a counting lock, one otherwise.
 redis::Result<LockStatus> lock_status(redis::Client& client, const LockKeys& keys, Deadline deadline);
 
+// bump: raises NAME's token counter to at least `above` (never lowers it). The counter before (nullopt
+// when it did not exist) and after.
+struct Bumped {
+  std::optional<std::uint64_t> before;
+  std::uint64_t after = 0;
+};
+redis::Result<Bumped> bump_counter(redis::Client& client, const LockKeys& keys, std::uint64_t above, Deadline deadline);
+
+// break: releases the lease of the holder whose owner id is `owner` (a plain lock, or the slot of a
+// counting lock of `limit` slots that holds it), owner-checked, and wakes the waiters as its own
+// release would. false: that holder held nothing any more.
+redis::Result<bool> release_holder(redis::Client& client, const LockKeys& keys, long limit, std::string_view owner,
+                                   Deadline deadline);
+
 // The operations a lease runs on its server.
 class LockOps {
  public:
