@@ -7,7 +7,7 @@ __fencerun_takes_value()
         -r | --redis | -t | --ttl | --renew | --grace | --kill-signal | -w | --wait | -E | \
             --conflict-exit-code | --lease-lost-exit-code | --timeout | --key-prefix | --log-format | \
             --metrics-file | --min-replicas | --replica-timeout | --limit | --tls-ca-file | --tls-cert | \
-            --tls-key | --tls-server-name | --token | --resource)
+            --tls-key | --tls-server-name | --token | --resource | --owner | --above)
             return 0
             ;;
     esac
@@ -79,7 +79,7 @@ _fencerun()
             return
             ;;
         -t | --ttl | --renew | --grace | --timeout | -E | --conflict-exit-code | \
-            --lease-lost-exit-code | --key-prefix | --min-replicas | --replica-timeout)
+            --lease-lost-exit-code | --key-prefix | --min-replicas | --replica-timeout | --owner | --above)
             # A value of the user's own: nothing to offer.
             return
             ;;
@@ -94,7 +94,10 @@ _fencerun()
     if [[ $cur == -* ]]; then
         case $subcommand in
             status) COMPREPLY=($(compgen -W "$connection --json" -- "$cur")) ;;
-            acl) COMPREPLY=($(compgen -W "--key-prefix --delex -h --help" -- "$cur")) ;;
+            list) COMPREPLY=($(compgen -W "$connection --all --json" -- "$cur")) ;;
+            break) COMPREPLY=($(compgen -W "$connection --owner -y --yes" -- "$cur")) ;;
+            bump) COMPREPLY=($(compgen -W "$connection --above" -- "$cur")) ;;
+            acl) COMPREPLY=($(compgen -W "--key-prefix --delex --admin -h --help" -- "$cur")) ;;
             run) COMPREPLY=($(compgen -W "$connection $run_opts --" -- "$cur")) ;;
             "") COMPREPLY=($(compgen -W "$connection $run_opts --version --" -- "$cur")) ;;
             *) COMPREPLY=($(compgen -W "--" -- "$cur")) ;;
@@ -104,9 +107,9 @@ _fencerun()
     fi
 
     if [[ -z $subcommand ]]; then
-        COMPREPLY=($(compgen -W 'run status acl fence' -- "$cur"))
+        COMPREPLY=($(compgen -W 'run status list break bump acl fence' -- "$cur"))
     fi
-    # Otherwise a lock NAME is expected: those live in Redis, so nothing is offered.
+    # Otherwise a lock NAME (or list's PATTERN) is expected: those live in Redis, so nothing is offered.
 }
 
 # fencerun fence file|redis|sql ...: the resource-side guards.

@@ -18,7 +18,7 @@ function __fencerun_first_word
         switch $t
             case --
                 return 1
-            case -r --redis -t --ttl --renew --grace --kill-signal -w --wait -E --conflict-exit-code --lease-lost-exit-code --timeout --key-prefix --log-format --metrics-file --min-replicas --replica-timeout --limit --tls-ca-file --tls-cert --tls-key --tls-server-name
+            case -r --redis -t --ttl --renew --grace --kill-signal -w --wait -E --conflict-exit-code --lease-lost-exit-code --timeout --key-prefix --log-format --metrics-file --min-replicas --replica-timeout --limit --tls-ca-file --tls-cert --tls-key --tls-server-name --owner --above
                 set skip 1
             case '-*'
             case '*'
@@ -43,7 +43,7 @@ end
 # True when the run options apply: no subcommand yet, `run`, or a lock NAME.
 function __fencerun_run_form
     set -l w (__fencerun_first_word)
-    not contains -- "$w" status acl fence
+    not contains -- "$w" status list break bump acl fence
 end
 
 # fence: the guard given after `fence`, if any.
@@ -89,10 +89,13 @@ complete -c fencerun -f
 set -l needs_sub '__fencerun_before_dashdash; and __fencerun_needs_subcommand'
 complete -c fencerun -n $needs_sub -a run -d 'Run COMMAND under a lock'
 complete -c fencerun -n $needs_sub -a status -d 'Show who holds a lock'
+complete -c fencerun -n $needs_sub -a list -d 'List the locks that are held'
+complete -c fencerun -n $needs_sub -a break -d "Release the lease of a lock's current holder"
+complete -c fencerun -n $needs_sub -a bump -d "Raise a lock's token counter above a token"
 complete -c fencerun -n $needs_sub -a acl -d 'Print the least-privilege Redis ACL rule'
 complete -c fencerun -n $needs_sub -a fence -d 'Resource-side guards that reject stale tokens'
 
-# Connection and logging options (run, status)
+# Connection and logging options (run, status, list, break, bump)
 set -l conn_cond '__fencerun_before_dashdash; and not __fencerun_using acl; and not __fencerun_using fence'
 complete -c fencerun -n $conn_cond -s r -l redis -x -a 'redis:// rediss:// unix:// redis+sentinel:// rediss+sentinel://' -d 'Where the lock lives'
 complete -c fencerun -n $conn_cond -l timeout -x -d 'Bound on any single Redis request'
@@ -127,9 +130,21 @@ complete -c fencerun -n $run_cond -l replica-timeout -x -d 'How long to wait for
 # Options of status
 complete -c fencerun -n '__fencerun_before_dashdash; and __fencerun_using status' -l json -d 'Print one JSON object'
 
+# Options of list
+complete -c fencerun -n '__fencerun_before_dashdash; and __fencerun_using list' -l all -d 'Also free locks that have issued tokens'
+complete -c fencerun -n '__fencerun_before_dashdash; and __fencerun_using list' -l json -d 'Print one JSON array'
+
+# Options of break
+complete -c fencerun -n '__fencerun_before_dashdash; and __fencerun_using break' -l owner -x -d 'Only the holder whose owner id starts with PREFIX'
+complete -c fencerun -n '__fencerun_before_dashdash; and __fencerun_using break' -s y -l yes -d 'Do not ask (required without a terminal)'
+
+# Options of bump
+complete -c fencerun -n '__fencerun_before_dashdash; and __fencerun_using bump' -l above -x -d 'Raise the counter so that the next token is greater than N'
+
 # Options of acl
 complete -c fencerun -n '__fencerun_using acl' -l key-prefix -x -d 'Prefix of the keys the rule allows'
 complete -c fencerun -n '__fencerun_using acl' -l delex -d 'Also allow DELEX (Redis 8.4 and later)'
+complete -c fencerun -n '__fencerun_using acl' -l admin -d 'Also allow what list, break and bump send'
 
 # fence file|redis|sql
 complete -c fencerun -n __fencerun_fence_needs_guard -a file -d 'Replace a file from stdin, rejecting stale tokens'
