@@ -23,7 +23,7 @@ import shutil
 import subprocess
 import sys
 
-SUBCOMMANDS = ["run", "status", "acl", "fence"]
+SUBCOMMANDS = ["run", "status", "list", "break", "bump", "acl", "fence"]
 FENCE_GUARDS = ["file", "redis", "sql"]
 SKIP = 77
 
@@ -129,7 +129,7 @@ def check_golden(fencerun, src):
 
 
 # Completion, run for real. Each option must be offered in at least one of these contexts.
-CONTEXTS = [[], ["status"], ["acl"]]
+CONTEXTS = [[], ["status"], ["list"], ["break"], ["bump"], ["acl"]]
 
 
 def bash_complete(src, words):

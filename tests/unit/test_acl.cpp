@@ -118,3 +118,9 @@ TEST(acl_rule, key_pattern_covers_the_lock_keys_and_nothing_outside_the_prefix) 
     EXPECT_FALSE(glob_matches(pattern, "other:{nightly}:lock")) << pattern;
   }
 }
+
+TEST(acl_rule, admin_adds_what_list_sends_and_nothing_else) {
+  const std::string run = acl_rule("fencerun:", false);
+  const std::string admin = acl_rule("fencerun:", false, true);
+  EXPECT_EQ(admin, run + " +scan +cluster|nodes");
+}

@@ -301,10 +301,10 @@ const char* const k_fence_commands[] = {"fence", "fence file", "fence redis", "f
 
 TEST(cli_help, documents_exactly_the_declared_options) {
   auto d = declared();
-  ASSERT_EQ(d.size(), 8u);
-  // `fencerun --help` is also the help of run, status and acl.
+  ASSERT_EQ(d.size(), 11u);
+  // `fencerun --help` is also the help of run, status, list, break, bump and acl.
   Names top;
-  for (const char* command : {"", "run", "status", "acl"}) top.insert(d[command].begin(), d[command].end());
+  for (const char* command : {"", "run", "status", "list", "break", "bump", "acl"}) top.insert(d[command].begin(), d[command].end());
   EXPECT_GT(top.size(), 30u);
   EXPECT_EQ(documented_options(fencerun::cli::help_text()), top);
   EXPECT_EQ(fencerun::cli::help_text(""), fencerun::cli::help_text());

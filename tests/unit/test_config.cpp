@@ -665,3 +665,62 @@ TEST(make_config, rejects_a_limit_that_is_not_a_whole_number) {
     EXPECT_EQ(usage_error(o), std::string("--limit: '") + text + "' is not a whole number from 1 to 1024") << text;
   }
 }
+
+// list, break, bump.
+
+TEST(make_config, reads_list_break_and_bump) {
+  Options l;
+  l.subcommand = Subcommand::list;
+  EXPECT_EQ(configure(l).list_pattern, "*");
+  l.list_pattern = "db-*";
+  l.list_all = true;
+  l.json = true;
+  Config lc = configure(l);
+  EXPECT_EQ(lc.list_pattern, "db-*");
+  EXPECT_TRUE(lc.list_all);
+  EXPECT_TRUE(lc.json);
+
+  Options b;
+  b.subcommand = Subcommand::break_lock;
+  b.lock_name = "nightly";
+  b.break_owner = "3F2A9C1E";
+  b.yes = true;
+  Config bc = configure(b);
+  EXPECT_EQ(bc.run.lock, "nightly");
+  EXPECT_EQ(bc.break_owner, "3f2a9c1e");  // owner ids are lower-case hex
+  EXPECT_TRUE(bc.yes);
+
+  Options u;
+  u.subcommand = Subcommand::bump;
+  u.lock_name = "nightly";
+  u.bump_above = "9007199254740991";
+  EXPECT_EQ(configure(u).bump_above, 9'007'199'254'740'991u);
+}
+
+TEST(make_config, rejects_bad_break_and_bump_input) {
+  Options b;
+  b.subcommand = Subcommand::break_lock;
+  EXPECT_EQ(usage_error(b), "missing lock NAME");
+  b.lock_name = "nightly";
+  b.break_owner = "3f2a9c1";
+  EXPECT_EQ(usage_error(b), "--owner: '3f2a9c1' is too short to name one holder: give at least 8 hex digits");
+  for (const char* bad : {"xyz12345", "", "3f2a9c1e-", "0123456789abcdef0123456789abcdef0"}) {
+    b.break_owner = bad;
+    EXPECT_EQ(usage_error(b), std::string("--owner: '") + bad + "' is not the start of an owner id (hex digits, as status shows)");
+  }
+
+  Options u;
+  u.subcommand = Subcommand::bump;
+  EXPECT_EQ(usage_error(u), "missing lock NAME");
+  u.lock_name = "nightly";
+  EXPECT_EQ(usage_error(u), "bump: missing --above N");
+  for (const char* bad : {"0", "-1", "abc", "", "1e3", "9007199254740992", "99999999999999999"}) {
+    u.bump_above = bad;
+    EXPECT_EQ(usage_error(u), std::string("--above: '") + bad + "' is not a positive integer below 2^53") << bad;
+  }
+
+  Options l;
+  l.subcommand = Subcommand::list;
+  l.list_pattern = "a b";
+  EXPECT_NE(usage_error(l).find("list: PATTERN: "), std::string::npos);
+}
