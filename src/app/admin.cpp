@@ -103,12 +103,15 @@ std::string name_of(std::string_view key, std::string_view prefix) {
 class Progress {
  public:
   Progress() : m_tty(::isatty(2) == 1), m_began(BootClock::now()) {}
-  ~Progress() {
+  ~Progress() { finish(); }
+  // Erases the line (before the listing is printed, which may share the terminal).
+  void finish() {
     if (m_shown) std::fputs("\r\033[K", stderr);
+    m_shown = false;
   }
   void update(std::size_t keys, std::size_t locks) {
     if (!m_tty || BootClock::now() - m_began < milliseconds(1000)) return;
-    std::fprintf(stderr, "\r\033[Kfencerun: scanned %zu keys, %zu locks...", keys, locks);
+    std::fprintf(stderr, "\r\033[Kfencerun: %zu keys of locks found, %zu locks...", keys, locks);
     m_shown = true;
   }
 
@@ -226,6 +229,7 @@ int list(const config::Config& c) {
     first_entry = false;
   }
   if (c.json) out += "]\n";
+  progress.finish();
   print(out);
   return any_held ? 0 : exit_code::k_status_free;
 }
