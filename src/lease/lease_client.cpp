@@ -48,14 +48,13 @@ Result<AcquireResult> parse_acquire_reply(const Reply& reply, Deadline sent) {
     if (!held || *held < 1) return std::unexpected(protocol_error("acquire script returned a malformed limit"));
     return LimitMismatch{static_cast<long>(*held)};
   }
-  long version = static_cast<long>(e[3].as_integer().value_or(0));
   if (e[0].integer == 1) {
     auto token = e[1].as_integer();
     if (!token || *token <= 0 || !e[2].is_string())
       return std::unexpected(protocol_error("acquire script returned a malformed token"));
     auto gap = e.size() >= 5 ? e[4].as_integer() : std::nullopt;
     if (!gap || *gap < 0) return std::unexpected(protocol_error("acquire script returned no clock check"));
-    Acquired acquired{static_cast<std::uint64_t>(*token), 0, e[2].str, sent, version, std::nullopt};
+    Acquired acquired{static_cast<std::uint64_t>(*token), 0, e[2].str, sent, std::nullopt};
     if (e.size() >= 6) {
       auto slot = e[5].as_integer();
       if (!slot || *slot < 0) return std::unexpected(protocol_error("acquire script returned a malformed slot"));
@@ -105,28 +104,46 @@ Result<RenewOutcome> LeaseClient::renew(std::string_view value, std::chrono::mil
   return *n == 0 ? RenewOutcome::gone : RenewOutcome::stolen;
 }
 
-Result<bool> LeaseClient::release(std::string_view owner, std::optional<std::string_view> value, bool try_delex,
-                                  Deadline deadline) {
+ReleasePath release_path(const std::optional<redis::ServerInfo>& server) {
+  if (!server) return ReleasePath::script;
+  if (server->delifeq) return ReleasePath::delifeq;
+  return server->delex ? ReleasePath::delex : ReleasePath::script;
+}
+
+std::string_view release_path_name(ReleasePath path) {
+  switch (path) {
+    case ReleasePath::delifeq: return "DELIFEQ";
+    case ReleasePath::delex: return "DELEX";
+    case ReleasePath::script: break;
+  }
+  return "script";
+}
+
+Result<bool> LeaseClient::release(std::string_view owner, std::optional<std::string_view> value, Deadline deadline) {
   std::string turn_ms = std::to_string(k_turn.count());
   std::string_view queue_keys[] = {m_keys.lock, m_keys.queue, m_keys.turn};
   Deadline sent{};
   std::string_view wake_args[] = {m_keys.wake, turn_ms};
-  if (value && try_delex && !m_delex_unsupported) {
+  const ReleasePath path = m_native_refused ? ReleasePath::script : release_path(m_client.server());
+  if (value && path != ReleasePath::script) {
     // The wake script rides along in the same write: it wakes the first waiter if the lock is gone.
+    std::vector<std::string_view> del = {"DELIFEQ", m_keys.lock, *value};
+    if (path == ReleasePath::delex) del = {"DELEX", m_keys.lock, "IFEQ", *value};
     std::vector<std::vector<std::string_view>> commands = {
-        {"DELEX", m_keys.lock, "IFEQ", *value},
+        std::move(del),
         {"EVALSHA", scripts::k_wake.sha1, "3", m_keys.lock, m_keys.queue, m_keys.turn, m_keys.wake, turn_ms}};
     auto replies = m_client.pipeline(commands, deadline);
     if (!replies) return std::unexpected(replies.error());
     const Reply& reply = replies->front();
     if (auto n = reply.as_integer(); n && !reply.is_error()) {
-      // The DELEX ran; a wake that could not (the script not cached yet) is sent on its own.
+      // The delete ran; a wake that could not (the script not cached yet) is sent on its own.
       if ((*replies)[1].error_is("NOSCRIPT"))
         [[maybe_unused]] auto woken = run_script(m_client, scripts::k_wake, queue_keys, wake_args, deadline, sent);
       return *n == 1;
     }
-    // Renamed, disabled or absent after all: remember and use the script.
-    m_delex_unsupported = true;
+    // Refused (renamed, not allowed by the ACL, absent after a failover): nothing was deleted.
+    // Remember, and use the script.
+    m_native_refused = true;
   }
   std::string_view args[] = {owner, m_keys.wake, turn_ms};
   auto reply = run_script(m_client, scripts::k_release, queue_keys, args, deadline, sent);
@@ -233,8 +250,8 @@ Result<Bumped> bump_counter(redis::Client& client, const LockKeys& keys, std::ui
 
 Result<bool> release_holder(redis::Client& client, const LockKeys& keys, long limit, std::string_view owner,
                             Deadline deadline) {
-  if (limit > 1) return SlotsClient(client, keys, limit).release(owner, std::nullopt, false, deadline);
-  return LeaseClient(client, keys).release(owner, std::nullopt, false, deadline);
+  if (limit > 1) return SlotsClient(client, keys, limit).release(owner, std::nullopt, deadline);
+  return LeaseClient(client, keys).release(owner, std::nullopt, deadline);
 }
 
 }  // namespace fencerun::lease

@@ -47,7 +47,6 @@ struct Acquired {
   int slot = 0;            // the slot held (always 0 for the plain lock)
   std::string value;       // the exact lock value, for renew and release
   Deadline sent{};         // read just before the successful request was written
-  long server_version = 0; // e.g. 0x070000 for 7.0.0; 0 when unknown
   std::optional<long long> replicas_acked;  // WAIT's answer, when replicas were asked for
   // The server's clock was behind the counter it issued from (the token is counter + 1): had the
   // counter been lost, its clock would have issued a token below the last one. `server_clock_gap` is
@@ -141,7 +140,7 @@ class LockOps {
                                             Deadline deadline, Deadline& sent) = 0;
   // Owner-checked compare-and-delete. true: deleted; false: it was not ours any more. `value` is the
   // full value when known; without it the owner id (the value's first word) decides.
-  virtual redis::Result<bool> release(std::string_view owner, std::optional<std::string_view> value, bool try_delex,
+  virtual redis::Result<bool> release(std::string_view owner, std::optional<std::string_view> value,
                                       Deadline deadline) = 0;
 };
 
@@ -159,18 +158,22 @@ class LeaseClient final : public LockOps {
   redis::Result<void> leave_queue(std::string_view owner, Deadline deadline) override;
   redis::Result<RenewOutcome> renew(std::string_view value, std::chrono::milliseconds ttl, Deadline deadline,
                                     Deadline& sent) override;
-  // With the full `value` known, DELEX key IFEQ value is used where the server has it; otherwise the
-  // script compares the owner id.
-  redis::Result<bool> release(std::string_view owner, std::optional<std::string_view> value, bool try_delex,
+  // With the full `value` known and the server's command table holding DELIFEQ or DELEX (the client's
+  // probe says), that one command deletes the lock and the wake script rides along in the same write;
+  // otherwise the release script compares the owner id.
+  redis::Result<bool> release(std::string_view owner, std::optional<std::string_view> value,
                               Deadline deadline) override;
 
  private:
   redis::Client& m_client;
   LockKeys m_keys;
-  bool m_delex_unsupported = false;
+  bool m_native_refused = false;  // the native command failed once (renamed, ACL): the script from then on
 };
 
-// DELEX (compare-and-delete as one command) first appeared in Redis 8.4.
-inline bool server_has_delex(long version) { return version >= 0x080400; }
+// How a plain lock is released on a server: by its native compare-and-delete command, when it has one
+// (DELIFEQ preferred: it has no options to get wrong), else by the release script.
+enum class ReleasePath { script, delifeq, delex };
+ReleasePath release_path(const std::optional<redis::ServerInfo>& server);
+std::string_view release_path_name(ReleasePath path);  // "DELIFEQ", "DELEX", "script"
 
 }  // namespace fencerun::lease

@@ -138,8 +138,7 @@ class RedisHeldLease final : public HeldLease {
   Released release() override {
     stop_keeping();
     m_released = true;
-    auto released = m_client.release(m_request.owner, m_acquired.value, server_has_delex(m_acquired.server_version),
-                                     BootClock::now() + m_request.request_timeout);
+    auto released = m_client.release(m_request.owner, m_acquired.value, BootClock::now() + m_request.request_timeout);
     if (!released) {
       log::event(log::Level::warn, "release_failed",
                  "could not release the lock (it expires by itself): " + released.error().message, m_context);
@@ -168,7 +167,10 @@ class RedisLease final : public Lease {
  public:
   RedisLease(RedisLeaseTarget target, LeaseRequest request)
       : m_target(std::move(target)), m_request(std::move(request)), m_client(m_target.endpoint),
-        m_ops(make_ops(m_client, keys_for(m_target.key_prefix, m_request.lock), m_request.limit)), m_lease(*m_ops) {}
+        m_ops(make_ops(m_client, keys_for(m_target.key_prefix, m_request.lock), m_request.limit)), m_lease(*m_ops) {
+    // The log says which server the run talked to, and the release picks its native compare-and-delete.
+    m_client.learn_server();
+  }
 
   std::expected<std::unique_ptr<HeldLease>, NotAcquired> acquire(Waiter& waiter, milliseconds& waited) override;
 
@@ -189,13 +191,14 @@ class RedisLease final : public Lease {
     return sig;
   }
   std::expected<std::unique_ptr<HeldLease>, NotAcquired> granted(Acquired acquired);
+  void log_server(const log::Context& context) const;
 
   // A failed acquire that may have run on the server is undone by owner id. Kept short: an
   // unresponsive server will not answer this either, and the lock expires anyway.
   void clean_up_after(const redis::Error& error) {
     if (!acquire_may_have_run(error)) return;
     auto cleanup = std::min<milliseconds>(m_request.request_timeout / 4, milliseconds(200));
-    [[maybe_unused]] auto cleaned = m_lease.release(m_request.owner, std::nullopt, false, BootClock::now() + cleanup);
+    [[maybe_unused]] auto cleaned = m_lease.release(m_request.owner, std::nullopt, BootClock::now() + cleanup);
   }
   void log_retry(const redis::Error& error, milliseconds retry_in) const {
     log::event(log::Level::warn, "redis_retry",
@@ -376,6 +379,16 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> RedisLease::acquire(Waite
   }
 }
 
+void RedisLease::log_server(const log::Context& context) const {
+  const auto& server = m_client.server();
+  if (!server) return;  // the server refused HELLO and COMMAND, or the probe was given up
+  // A counting lock's slots are always released by its script (it also hands the slot on).
+  const std::string_view path = release_path_name(m_request.limit > 1 ? ReleasePath::script : release_path(server));
+  log::event(log::Level::info, "server",
+             "talking to " + server->describe() + " at " + server->where + " (release by " + std::string(path) + ")",
+             context, {{"server", server->name}, {"server_version", server->version}, {"release", std::string(path)}});
+}
+
 std::expected<std::unique_ptr<HeldLease>, NotAcquired> RedisLease::granted(Acquired acquired) {
   const log::Context context{m_request.lock, std::to_string(acquired.token),
                              m_request.limit > 1 ? std::to_string(acquired.slot) : std::string()};
@@ -386,6 +399,7 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> RedisLease::granted(Acqui
   auto held = std::make_unique<RedisHeldLease>(m_lease, std::move(acquired), m_target, m_request, context);
   log::event(log::Level::info, "acquired", "acquired lock", context,
              {log::millis("ttl", m_request.timing.ttl, util::format_duration(m_request.timing.ttl))});
+  log_server(context);
   if (clock_behind) {
     // Only the counter kept this token above the last one: had it been lost, the clock would have
     // issued a smaller token, and guards would reject every holder until the clock caught up.

@@ -50,7 +50,7 @@ Result<RenewOutcome> SlotsClient::renew(std::string_view value, std::chrono::mil
   return *n == 0 ? RenewOutcome::gone : RenewOutcome::stolen;
 }
 
-Result<bool> SlotsClient::release(std::string_view owner, std::optional<std::string_view> value, bool /*try_delex*/,
+Result<bool> SlotsClient::release(std::string_view owner, std::optional<std::string_view> value,
                                   Deadline deadline) {
   // The script compares the owner id, the first word of the value: `value` adds nothing to that.
   (void)value;

@@ -22,7 +22,7 @@ class SlotsClient final : public LockOps {
                                     Deadline& sent) override;
   // Releases the slot held; when no slot is known to be held (an acquire whose reply was lost), the
   // slot that holds `owner`, if any.
-  redis::Result<bool> release(std::string_view owner, std::optional<std::string_view> value, bool try_delex,
+  redis::Result<bool> release(std::string_view owner, std::optional<std::string_view> value,
                               Deadline deadline) override;
 
  private:

@@ -113,6 +113,7 @@ struct Client::Connection {
   std::string_view password_hint;   // where the password the server asks for is set
   bool plain_tcp = false;           // TCP without TLS: a TLS server may be behind it
   bool answered = false;            // any byte arrived from the server yet
+  bool probed = false;              // the server probe went out with an earlier request
 
   // Writes `payload` and reads `count` replies. Any failure leaves the connection unusable. Once the
   // whole payload is written, every failure is reported as maybe executed.
@@ -337,16 +338,69 @@ void Client::recheck_master(Deadline deadline) {
   }
 }
 
+std::string ServerInfo::describe() const {
+  return name.empty() ? std::string("an unnamed server") : name + (version.empty() ? "" : " " + version);
+}
+
+namespace {
+
+// HELLO 2 (the protocol fencerun speaks anyway) names the server and its version; COMMAND INFO answers
+// nil for a command the server does not have (or that was renamed).
+const std::string& probe_payload() {
+  static const std::string payload = [] {
+    std::string p;
+    std::string_view hello[] = {"HELLO", "2"};
+    std::string_view info[] = {"COMMAND", "INFO", "DELIFEQ", "DELEX"};
+    append_command(p, hello);
+    append_command(p, info);
+    return p;
+  }();
+  return payload;
+}
+constexpr std::size_t k_probe_replies = 2;
+
+ServerInfo parse_probe(const Reply& hello, const Reply& info, const std::string& where) {
+  ServerInfo s;
+  s.where = where;
+  if (hello.is_array()) {
+    // RESP2: ["server", "redis", "version", "7.0.15", "proto", 2, ...]
+    for (std::size_t i = 0; i + 1 < hello.elements.size(); i += 2) {
+      if (hello.elements[i].str == "server") s.name = hello.elements[i + 1].str;
+      if (hello.elements[i].str == "version") s.version = hello.elements[i + 1].str;
+    }
+  }
+  if (info.is_array() && info.elements.size() == 2) {
+    s.delifeq = info.elements[0].is_array();
+    s.delex = info.elements[1].is_array();
+  }
+  return s;
+}
+
+}  // namespace
+
 Result<std::vector<Reply>> Client::send(std::span<const std::vector<std::string_view>> commands, Deadline deadline) {
   std::string payload;
   for (const auto& c : commands) append_command(payload, c);
   recheck_master(deadline);
   for (int redirects = 0;; ++redirects) {
     if (auto ok = connect(deadline); !ok) return std::unexpected(ok.error());
-    auto replies = m_conn->exchange(payload, commands.size(), deadline);
+    const bool probe = m_learn_server && !m_conn->probed && m_probe_failures < k_max_probe_failures;
+    auto replies = probe ? m_conn->exchange(probe_payload() + payload, commands.size() + k_probe_replies, deadline)
+                         : m_conn->exchange(payload, commands.size(), deadline);
     if (!replies) {
+      // Closed or garbled after the probe went out: maybe a proxy that does not know HELLO or COMMAND.
+      // (A timeout says nothing about the probe: a frozen server answers nothing at all.)
+      const auto kind = replies.error().kind;
+      if (probe && replies.error().maybe_executed && (kind == Error::Kind::connection || kind == Error::Kind::protocol))
+        ++m_probe_failures;
       disconnect();  // a late reply would desynchronise the stream: start afresh next time
       return std::unexpected(replies.error());
+    }
+    if (probe) {
+      m_conn->probed = true;
+      m_probe_failures = 0;
+      m_server = parse_probe((*replies)[0], (*replies)[1], m_conn->where);
+      replies->erase(replies->begin(), replies->begin() + k_probe_replies);
     }
     const Reply& first = replies->front();
     if (first.error_is("TRYAGAIN") && BootClock::now() + std::chrono::milliseconds(25) < deadline) {

@@ -23,6 +23,18 @@ class Transport;
 // The hiredis version fencerun was built with, e.g. "1.1.0" (for --version).
 std::string hiredis_version();
 
+// What a server said of itself (HELLO) and which compare-and-delete commands its command table has
+// (COMMAND INFO): learned on a connection's first request, in the same write.
+struct ServerInfo {
+  std::string name;     // "redis", "valkey", ...; empty when the server did not say (HELLO refused)
+  std::string version;  // e.g. "8.0.2"
+  std::string where;    // the node that answered, host:port or socket path
+  bool delifeq = false; // DELIFEQ key value (Valkey 9.0 and later)
+  bool delex = false;   // DELEX key IFEQ value (Redis 8.4, Valkey 9.2 and later)
+  // "valkey 8.0.1", or "an unnamed server" when HELLO was refused.
+  std::string describe() const;
+};
+
 class Client {
  public:
   explicit Client(RedisEndpoint endpoint);
@@ -53,6 +65,12 @@ class Client {
   bool connected() const { return m_conn != nullptr; }
   void disconnect();
   const RedisEndpoint& endpoint() const { return m_endpoint; }
+  // From now on each new connection's first request also carries HELLO and COMMAND INFO (same write,
+  // no extra round trip), and server() tells what they said. Off by default: only the lease's own
+  // connection needs it.
+  void learn_server() { m_learn_server = true; }
+  // What the server of the last connection that answered the probe said; nullopt before that.
+  const std::optional<ServerInfo>& server() const { return m_server; }
   // The node currently talked to (after sentinel discovery or a cluster redirection), as host:port.
   std::string current_node() const;
   // Where a subscriber that must hear what this client's scripts publish should connect: the node a
@@ -84,6 +102,12 @@ class Client {
   Deadline m_master_checked{};
   std::size_t m_sentinel_first = 0;  // index of the sentinel that answered last: asked first
   std::unique_ptr<Connection> m_conn;
+  bool m_learn_server = false;
+  // A server or proxy that drops the connection on HELLO or COMMAND (some proxies do) is not probed
+  // again after this many failed first requests, so it stays usable.
+  static constexpr int k_max_probe_failures = 2;
+  int m_probe_failures = 0;
+  std::optional<ServerInfo> m_server;
 };
 
 }  // namespace fencerun::redis

@@ -10,7 +10,9 @@
 using fencerun::lease::Holder;
 using fencerun::lease::keys_for;
 using fencerun::lease::parse_holder;
-using fencerun::lease::server_has_delex;
+using fencerun::lease::release_path;
+using fencerun::lease::release_path_name;
+using fencerun::lease::ReleasePath;
 
 namespace {
 
@@ -114,11 +116,15 @@ TEST(lock_holder, reads_a_value_set_by_something_else_as_the_owner) {
   EXPECT_EQ(empty.token, std::nullopt);
 }
 
-TEST(delex, needs_redis_8_4) {
-  EXPECT_TRUE(server_has_delex(0x080400));
-  EXPECT_TRUE(server_has_delex(0x080401));
-  EXPECT_TRUE(server_has_delex(0x090000));
-  EXPECT_FALSE(server_has_delex(0x0803ff));
-  EXPECT_FALSE(server_has_delex(0x070000));
-  EXPECT_FALSE(server_has_delex(0));
+TEST(release_path, follows_the_servers_command_table) {
+  using fencerun::redis::ServerInfo;
+  EXPECT_EQ(release_path(std::nullopt), ReleasePath::script);  // not probed (yet)
+  EXPECT_EQ(release_path(ServerInfo{"redis", "7.0.15", "h:1", false, false}), ReleasePath::script);
+  EXPECT_EQ(release_path(ServerInfo{"valkey", "9.0.0", "h:1", true, false}), ReleasePath::delifeq);
+  EXPECT_EQ(release_path(ServerInfo{"redis", "8.4.0", "h:1", false, true}), ReleasePath::delex);
+  // Valkey 9.2 has both: DELIFEQ, which takes no options.
+  EXPECT_EQ(release_path(ServerInfo{"valkey", "9.2.0", "h:1", true, true}), ReleasePath::delifeq);
+  EXPECT_EQ(release_path_name(ReleasePath::delifeq), "DELIFEQ");
+  EXPECT_EQ(release_path_name(ReleasePath::delex), "DELEX");
+  EXPECT_EQ(release_path_name(ReleasePath::script), "script");
 }
