@@ -97,7 +97,7 @@ _fencerun()
             list) COMPREPLY=($(compgen -W "$connection --all --json" -- "$cur")) ;;
             break) COMPREPLY=($(compgen -W "$connection --owner -y --yes" -- "$cur")) ;;
             bump) COMPREPLY=($(compgen -W "$connection --above" -- "$cur")) ;;
-            acl) COMPREPLY=($(compgen -W "--key-prefix --delex --admin -h --help" -- "$cur")) ;;
+            acl) COMPREPLY=($(compgen -W "--key-prefix --delex --delifeq --admin -h --help" -- "$cur")) ;;
             run) COMPREPLY=($(compgen -W "$connection $run_opts --" -- "$cur")) ;;
             "") COMPREPLY=($(compgen -W "$connection $run_opts --version --" -- "$cur")) ;;
             *) COMPREPLY=($(compgen -W "--" -- "$cur")) ;;

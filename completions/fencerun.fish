@@ -144,6 +144,7 @@ complete -c fencerun -n '__fencerun_before_dashdash; and __fencerun_using bump' 
 # Options of acl
 complete -c fencerun -n '__fencerun_using acl' -l key-prefix -x -d 'Prefix of the keys the rule allows'
 complete -c fencerun -n '__fencerun_using acl' -l delex -d 'Also allow DELEX (Redis 8.4 and later)'
+complete -c fencerun -n '__fencerun_using acl' -l delifeq -d 'Also allow DELIFEQ (Valkey 9.0 and later)'
 complete -c fencerun -n '__fencerun_using acl' -l admin -d 'Also allow what list, break and bump send'
 
 # fence file|redis|sql

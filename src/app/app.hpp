@@ -15,6 +15,8 @@ struct Exit {
 };
 Exit run(const config::Config& config);
 int status(const config::Config& config);
+// --version -r URL: which server that is, its version and how fencerun releases a lock there.
+int server_version(const config::Config& config);
 int acl(const config::Config& config);
 int list(const config::Config& config);
 int break_lock(const config::Config& config);
@@ -22,6 +24,6 @@ int bump(const config::Config& config);
 
 // The ACL rule `fencerun acl` prints: key and channel patterns for `key_prefix` and every command
 // fencerun sends or its scripts run.
-std::string acl_rule(const std::string& key_prefix, bool delex, bool admin = false);
+std::string acl_rule(const std::string& key_prefix, bool delex, bool delifeq = false, bool admin = false);
 
 }  // namespace fencerun::app

@@ -96,6 +96,7 @@ struct Parser {
     acl = app.add_subcommand("acl");
     acl->add_option("--key-prefix", o.key_prefix);
     acl->add_flag("--delex", o.acl_delex);
+    acl->add_flag("--delifeq", o.acl_delifeq);
     acl->add_flag("--admin", o.acl_admin);
     list = app.add_subcommand("list");
     add_connection_options(*list, o);
@@ -238,9 +239,9 @@ std::string help_text() {
        fencerun list [OPTIONS] [PATTERN] [--all] [--json]
        fencerun break [OPTIONS] NAME [--owner PREFIX] [--yes]
        fencerun bump [OPTIONS] NAME --above N
-       fencerun acl [--key-prefix STR] [--delex] [--admin]
+       fencerun acl [--key-prefix STR] [--delex] [--delifeq] [--admin]
        fencerun fence file|redis|sql ...  (resource-side guards: fencerun(1))
-       fencerun --version | --help
+       fencerun [-r URL] --version | --help
 
 Run COMMAND while holding the lease NAME in Redis, and give it a fencing token
 (FENCERUN_TOKEN) that the protected resource can check to reject stale writers.
@@ -294,9 +295,11 @@ Options:
       --above N            bump: raise the token counter so that the next
                            token is greater than N
       --delex              acl: also allow DELEX (Redis 8.4 and later)
+      --delifeq            acl: also allow DELIFEQ (Valkey 9.0 and later)
       --admin              acl: also allow what list, break and bump send
   -h, --help               show this help and exit
-      --version            show the version and exit
+      --version            show the version and exit (with -r: also the
+                           server's name, version and release path)
 
 Durations: 500ms, 30s, 1.5s, 2m30s, 1h; a bare number is seconds (0.5 = 500ms).
 
@@ -606,19 +609,22 @@ config::Options parse(int argc, const char* const* argv) {
   }
   for (; i < argc; ++i) o.command.emplace_back(argv[i]);
 
+  bool version = false;
   for (const auto& a : before) {
     if (a == "-h" || a == "--help") {
       o.subcommand = config::Subcommand::help;
       o.help_text = help_text();
       return o;
     }
-    if (a == "--version") {
-      o.subcommand = config::Subcommand::version;
-      return o;
-    }
+    version = version || a == "--version";
   }
 
   p.parse(before, "");
+  if (version) {
+    // With a server named (-r), --version also says what that server is.
+    o.subcommand = config::Subcommand::version;
+    return o;
+  }
   if (p.acl && p.acl->parsed()) {
     o.subcommand = config::Subcommand::acl;
     if (saw_separator) throw UsageError("acl takes no COMMAND");

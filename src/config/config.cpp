@@ -158,6 +158,7 @@ Config make_config(const Options& o, const GetEnv& getenv, const ParseSignal& pa
   c.common = make_common_config(o, getenv);
   check_tls_files(c.common.endpoint.tls);
   c.acl_delex = o.acl_delex;
+  c.acl_delifeq = o.acl_delifeq;
   c.acl_admin = o.acl_admin;
   if (o.subcommand == Subcommand::version || o.subcommand == Subcommand::help || o.subcommand == Subcommand::acl ||
       o.subcommand == Subcommand::fence)

@@ -61,6 +61,7 @@ struct Config {
   RunConfig run;   // run and status (status uses run.lock)
   bool json = false;
   bool acl_delex = false;
+  bool acl_delifeq = false;
   bool acl_admin = false;
   std::optional<std::string> metrics_file;
   // list: the NAME glob (Redis MATCH syntax, default "*"), and free locks too

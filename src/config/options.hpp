@@ -54,6 +54,7 @@ struct Options {
   std::string replica_timeout = "1s";
 
   bool acl_delex = false;  // acl --delex
+  bool acl_delifeq = false;  // acl --delifeq
   bool acl_admin = false;  // acl --admin: also what list, break and bump send
 
   // list [PATTERN] [--all], break NAME [--owner PREFIX] [--yes], bump NAME --above N

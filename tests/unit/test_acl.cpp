@@ -83,17 +83,27 @@ TEST(acl_rule, allows_every_command_the_lease_scripts_run) {
 
 TEST(acl_rule, allows_the_commands_fencerun_sends_itself) {
   auto rule = words(acl_rule("fencerun:", false));
-  for (const char* c : {"evalsha", "eval", "get", "pttl", "select", "role", "asking", "wait", "subscribe", "publish"})
+  for (const char* c : {"evalsha", "eval", "get", "pttl", "select", "role", "asking", "wait", "subscribe", "publish",
+                        "hello", "command|info"})
     EXPECT_TRUE(rule.contains(std::string("+") + c)) << c;
 }
 
-TEST(acl_rule, allows_delex_only_when_asked) {
+TEST(acl_rule, allows_delex_and_delifeq_only_when_asked) {
   EXPECT_FALSE(words(acl_rule("fencerun:", false)).contains("+delex"));
   EXPECT_TRUE(words(acl_rule("fencerun:", true)).contains("+delex"));
+  EXPECT_FALSE(words(acl_rule("fencerun:", false)).contains("+delifeq"));
+  EXPECT_TRUE(words(acl_rule("fencerun:", false, true)).contains("+delifeq"));
+  EXPECT_FALSE(words(acl_rule("fencerun:", false, true)).contains("+delex"));
+}
+
+TEST(acl_rule, allows_of_command_only_its_info_subcommand) {
+  auto rule = words(acl_rule("fencerun:", true, true));
+  EXPECT_FALSE(rule.contains("+command"));
+  EXPECT_TRUE(rule.contains("+command|info"));
 }
 
 TEST(acl_rule, allows_nothing_dangerous) {
-  auto rule = words(acl_rule("fencerun:", true));
+  auto rule = words(acl_rule("fencerun:", true, true, true));
   for (const char* c : {"+@all", "+flushall", "+flushdb", "+keys", "+config", "+script", "+debug", "+shutdown",
                         "+acl", "+@admin", "+@dangerous", "allkeys", "allchannels", "allcommands", "~*", "&*"})
     EXPECT_FALSE(rule.contains(c)) << c;
@@ -121,6 +131,6 @@ TEST(acl_rule, key_pattern_covers_the_lock_keys_and_nothing_outside_the_prefix) 
 
 TEST(acl_rule, admin_adds_what_list_sends_and_nothing_else) {
   const std::string run = acl_rule("fencerun:", false);
-  const std::string admin = acl_rule("fencerun:", false, true);
+  const std::string admin = acl_rule("fencerun:", false, false, true);
   EXPECT_EQ(admin, run + " +scan +cluster|nodes");
 }

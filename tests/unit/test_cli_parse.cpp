@@ -163,6 +163,15 @@ TEST(cli, parses_acl) {
   EXPECT_EQ(o.subcommand, Subcommand::acl);
   EXPECT_EQ(o.key_prefix, "jobs:");
   EXPECT_TRUE(o.acl_delex);
+  EXPECT_FALSE(o.acl_delifeq);
+  EXPECT_TRUE(parse({"acl", "--delifeq"}).acl_delifeq);
+}
+
+TEST(cli, version_with_a_server_keeps_its_url) {
+  Options o = parse({"-r", "redis://127.0.0.1:7000", "--version"});
+  EXPECT_EQ(o.subcommand, Subcommand::version);
+  EXPECT_EQ(o.redis_url, "redis://127.0.0.1:7000");
+  EXPECT_EQ(parse({"--version"}).redis_url, std::nullopt);
 }
 
 TEST(cli, shows_help) {
