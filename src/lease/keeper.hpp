@@ -28,7 +28,7 @@ class LeaseKeeper {
   // Starts renewing. `lease` (and its connection) belongs to the keeper until stop() returns.
   // `on_renewed` is called from the renewal thread with each new deadline, as soon as it is known
   // (fencerun passes it on to the watchdog). Throws SystemError when the thread cannot start.
-  LeaseKeeper(LockOps& lease, const Acquired& acquired, LeaseSchedule schedule,
+  LeaseKeeper(Renewer& lease, const Acquired& acquired, LeaseSchedule schedule,
               std::chrono::milliseconds request_timeout, log::Context context,
               std::function<void(Deadline)> on_renewed = {});
   ~LeaseKeeper();
@@ -49,7 +49,7 @@ class LeaseKeeper {
   void run();
   void wake();
 
-  LockOps& m_lease;
+  Renewer& m_lease;
   std::string m_value;
   log::Context m_context;
   LeaseSchedule m_schedule;
