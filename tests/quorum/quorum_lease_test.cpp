@@ -1,0 +1,179 @@
+// Quorum mode's lease against three independent servers: held on a majority, kept while one server is
+// killed, frozen or restarted empty, stopped before its deadline when two are frozen; the facts, the
+// release and `status` with each server's view.
+#include "quorum_fixture.hpp"
+
+namespace fencerun::test {
+namespace {
+
+constexpr int kBusy = 75;
+constexpr int kLeaseLost = 124;
+
+TEST_F(QuorumTest, HoldsTheLockOnEveryServerAndWritesTheTokenBack) {
+  auto holder = start(quorum_sh("q", std::string(kHoldUntilGo) + "; env | grep ^FENCERUN_ | sort > env"));
+  const long long token = parse_ll(wait_line("token")).value_or(0);
+  ASSERT_GT(token, kMinPlausibleToken);
+  for (std::size_t i = 0; i < k_servers; ++i) {
+    auto v = parse_lock_value(server(i).get(lock_key("q")).value_or(""));
+    ASSERT_TRUE(v.has_value()) << "server " << i;
+    EXPECT_EQ(v->token, token) << "the lock value carries the token on server " << i;
+    EXPECT_EQ(server(i).get(token_key("q")), std::to_string(token)) << "write-back on server " << i;
+  }
+  // Another client finds it busy.
+  auto other = run(quorum_sh("q", "echo ran > other"));
+  EXPECT_EQ(other.exit_code, kBusy) << other;
+  EXPECT_FALSE(std::filesystem::exists(file("other")));
+
+  touch("go");
+  ASSERT_EQ(holder->wait_for_exit(10s), 0) << holder->result();
+  const std::string env = read_file(file("env")).value_or("");
+  EXPECT_NE(env.find("FENCERUN_SERVERS=3\n"), std::string::npos) << env;
+  EXPECT_NE(env.find("FENCERUN_TOKEN=" + std::to_string(token) + "\n"), std::string::npos) << env;
+  EXPECT_NE(env.find("FENCERUN_REDIS_URL=" + server(0).url() + " " + server(1).url() + " " + server(2).url() + "\n"),
+            std::string::npos)
+      << env;
+  EXPECT_EQ(holding("q"), 0u) << "released on every server";
+
+  // The next holder's token is greater.
+  auto next = run(quorum_sh("q", "echo \"$FENCERUN_TOKEN\""));
+  ASSERT_EQ(next.exit_code, 0) << next;
+  EXPECT_GT(parse_ll(trim(next.out)).value_or(0), token);
+}
+
+TEST_F(QuorumTest, StatusShowsEachServerAndTheMajority) {
+  auto holder = start(quorum_sh("st", kHoldUntilGo));
+  const std::string token = wait_line("token");
+  // One server restarted empty: it disagrees, the majority still holds the lock.
+  server(2).restart();
+  auto s = run(with_status(quorum({"st"})));
+  EXPECT_EQ(s.exit_code, 0) << s;
+  EXPECT_NE(s.out.find("st: held by pid "), std::string::npos) << s;
+  EXPECT_NE(s.out.find(" on 2 of 3 servers (a majority is 2)\ntoken: " + token + "\n"), std::string::npos) << s;
+  EXPECT_NE(s.out.find("server 3 " + server(2).url() + ": free, counter none\n"), std::string::npos) << s;
+  EXPECT_NE(s.out.find("server 1 " + server(0).url() + ": held by pid "), std::string::npos) << s;
+  EXPECT_NE(s.out.find("the servers disagree"), std::string::npos) << s;
+  auto j = run(with_status(quorum({"--json", "st"})));
+  EXPECT_EQ(j.exit_code, 0) << j;
+  auto doc = parse_json(trim(j.out));
+  ASSERT_TRUE(doc.has_value()) << j;
+  EXPECT_EQ(json_int(doc->find("held_on")), 2);
+  EXPECT_EQ(json_int(doc->find("token")), parse_ll(token));
+  touch("go");
+  ASSERT_EQ(holder->wait_for_exit(10s), 0) << holder->result();
+
+  // Free, and a server down: still a majority view; two down: none.
+  server(1).stop();
+  auto f = run(with_status(quorum({"st"})));
+  EXPECT_EQ(f.exit_code, 3) << f;
+  EXPECT_NE(f.out.find("st: free (held by no owner on a majority; free on 2 of 3 servers (a majority is 2))"),
+            std::string::npos)
+      << f;
+  EXPECT_NE(f.out.find("server 2 " + server(1).url() + ": unavailable: "), std::string::npos) << f;
+  server(2).stop();
+  auto u = run(with_status(quorum({"st"})));
+  EXPECT_EQ(u.exit_code, 69) << u;
+  EXPECT_NE(u.out.find("st: unknown: 1 of 3 servers (a majority is 2) answered"), std::string::npos) << u;
+}
+
+// A lock held on fewer than a majority (a client with another server list, say) is not held.
+TEST_F(QuorumTest, AMinorityHolderDoesNotBlock) {
+  ASSERT_TRUE(server(0).cmd({"SET", lock_key("minority"), "0123456789abcdef0123456789abcdef 5 1 elsewhere", "PX",
+                             "60000"})
+                  .ok());
+  auto r = run(quorum_sh("minority", "echo \"$FENCERUN_TOKEN\""));
+  EXPECT_EQ(r.exit_code, 0) << r;
+  EXPECT_TRUE(server(0).exists(lock_key("minority"))) << "another owner's key is left alone";
+  ASSERT_TRUE(server(1).cmd({"SET", lock_key("minority"), "fedcba9876543210fedcba9876543210 5 1 elsewhere", "PX",
+                             "60000"})
+                  .ok());
+  auto busy = run(quorum_sh("minority", "echo ran"));
+  EXPECT_EQ(busy.exit_code, kBusy) << busy;
+  EXPECT_FALSE(server(2).exists(lock_key("minority"))) << "a failed acquisition deletes what it set";
+}
+
+enum class Nemesis { killed, frozen, restarted_empty };
+std::string to_string(Nemesis n) {
+  switch (n) {
+    case Nemesis::killed: return "killed";
+    case Nemesis::frozen: return "frozen";
+    case Nemesis::restarted_empty: return "restarted_empty";
+  }
+  return "?";
+}
+
+class QuorumOneServerDown : public QuorumTest, public ::testing::WithParamInterface<Nemesis> {};
+
+// One server of three fails while the command runs: the lease is kept through several renewals, no
+// one else can take the lock, and fencerun exits 0.
+TEST_P(QuorumOneServerDown, LeaseHoldsAndTheRunSucceeds) {
+  const auto ttl = 1500ms;
+  auto holder = start(quorum_sh("down", kHoldUntilGo, {"--ttl", "1500ms", "--timeout", "300ms"}));
+  wait_line("token");
+  ASSERT_TRUE(wait_until([&] { return holding("down") == 3; }, 5s));
+  switch (GetParam()) {
+    case Nemesis::killed: server(1).stop(); break;
+    case Nemesis::frozen: server(1).freeze(); break;
+    case Nemesis::restarted_empty: server(1).restart(); break;
+  }
+  const auto failed_at = Clock::now();
+  // Through three TTLs (several renewals) another client keeps finding the lock busy.
+  int tries = 0;
+  while (Clock::now() - failed_at < 3 * ttl) {
+    auto other = run(quorum_sh("down", "echo ran > other", {"--timeout", "300ms"}));
+    EXPECT_EQ(other.exit_code, kBusy) << other;
+    ++tries;
+    ASSERT_TRUE(holder->running()) << holder->result();
+  }
+  EXPECT_FALSE(std::filesystem::exists(file("other")));
+  touch("go");
+  auto code = holder->wait_for_exit(10s);
+  EXPECT_EQ(code, 0) << holder->result();
+  std::cout << "[ quorum ] one server " << to_string(GetParam()) << ": held " << ms_between(failed_at, Clock::now())
+            << " ms after the failure, " << tries << " other clients refused, exit " << code.value_or(-1) << "\n";
+  if (GetParam() == Nemesis::frozen) server(1).thaw();
+  EXPECT_EQ(server(0).exists(lock_key("down")), false);
+  EXPECT_EQ(server(2).exists(lock_key("down")), false);
+}
+
+INSTANTIATE_TEST_SUITE_P(Nemeses, QuorumOneServerDown,
+                         ::testing::Values(Nemesis::killed, Nemesis::frozen, Nemesis::restarted_empty),
+                         [](const ::testing::TestParamInfo<Nemesis>& p) { return to_string(p.param); });
+
+// Two of three frozen: no majority renews, and the job is stopped before the lease's deadline, which
+// is at most one TTL after the freeze (the last renewal was sent before it).
+TEST_F(QuorumTest, TwoFrozenServersStopTheCommandBeforeTheDeadline) {
+  const auto ttl = 1500ms;
+  auto holder = start(quorum_sh("frozen", kHoldWithGrandchild, {"--ttl", "1500ms", "--timeout", "300ms"}));
+  const pid_t pid = wait_pid("pid");
+  const pid_t gpid = wait_pid("gpid");
+  ASSERT_TRUE(wait_until([&] { return holding("frozen") == 3; }, 5s));
+  server(1).freeze();
+  server(2).freeze();
+  const auto frozen_at = Clock::now();
+  const auto deadline = frozen_at + ttl;
+  EXPECT_TRUE(wait_dead(pid, deadline - Clock::now())) << "the command outlived the lease";
+  EXPECT_TRUE(wait_dead(gpid, deadline - Clock::now())) << "the grandchild outlived the lease";
+  const auto gone_at = Clock::now();
+  auto code = holder->wait_for_exit(10s);
+  EXPECT_EQ(code, kLeaseLost) << holder->result();
+  std::cout << "[ quorum ] two servers frozen: job gone " << ms_between(frozen_at, gone_at) << " ms after the freeze ("
+            << ms_between(gone_at, deadline) << " ms before the latest possible deadline), exit " << code.value_or(-1)
+            << "\n";
+}
+
+// A majority down before the start: unavailable, 69, and nothing runs.
+TEST_F(QuorumTest, NoMajorityIsUnavailable) {
+  server(0).stop();
+  server(2).stop();
+  auto r = run(quorum_sh("none", "echo ran > ran", {"--timeout", "300ms"}));
+  EXPECT_EQ(r.exit_code, 69) << r;
+  EXPECT_NE(r.err.find("cannot use the quorum of 3 servers (a majority is 2): only 1 of 3 servers (a majority is 2) "
+                       "answered; server 1 ("),
+            std::string::npos)
+      << r;
+  EXPECT_FALSE(std::filesystem::exists(file("ran")));
+  EXPECT_FALSE(server(1).exists(lock_key("none"))) << "what was set is deleted";
+}
+
+}  // namespace
+}  // namespace fencerun::test
