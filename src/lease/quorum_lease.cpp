@@ -185,19 +185,19 @@ class QuorumOps final : public Renewer {
                                      first_failure(replies, m_urls)});
   }
 
-  struct Released {
+  struct ReleaseTally {
     std::size_t deleted = 0;   // our lease was there and is gone
     std::size_t not_ours = 0;  // it was not there (expired, lost with the server's data, or taken)
   };
   // Owner-checked compare-and-delete on every server. Ends once M deleted.
-  Released release(const std::string& owner, Deadline until) {
+  ReleaseTally release(const std::string& owner, Deadline until) {
     const std::size_t m = majority();
     auto replies = m_fanout.round<bool>(
         [keys = m_keys, owner, until](Client& client, std::size_t) {
           return release_holder(client, keys, 1, owner, until);
         },
         until, [m](const Fanout::Replies<bool>& r) { return count_if_ok<bool>(r, [](bool b) { return b; }) >= m; });
-    Released out;
+    ReleaseTally out;
     for (const auto& r : replies)
       if (r) ++(*r ? out.deleted : out.not_ours);
     return out;
@@ -216,11 +216,10 @@ milliseconds jittered(milliseconds base, std::mt19937& rng) {
   return milliseconds(std::max(jitter(rng), 1L));
 }
 
-class QuorumHeldLease final : public HeldLease {
+class QuorumHeldLease final : public KeptLease {
  public:
   QuorumHeldLease(QuorumOps& ops, Acquired acquired, const LeaseRequest& request, log::Context context)
-      : m_ops(ops), m_acquired(std::move(acquired)), m_request(request), m_schedule(request.timing),
-        m_context(std::move(context)) {}
+      : KeptLease(ops, std::move(acquired), request, std::move(context)), m_ops(ops) {}
 
   ~QuorumHeldLease() override {
     try {
@@ -232,9 +231,6 @@ class QuorumHeldLease final : public HeldLease {
 
   std::uint64_t token() const override { return m_acquired.token; }
   long slot() const override { return 0; }
-  Deadline deadline() const override {
-    return m_keeper ? m_keeper->deadline() : m_schedule.deadline_after(m_acquired.sent);
-  }
   std::vector<std::pair<std::string, std::string>> facts() const override {
     std::string urls;
     for (const auto& u : m_ops.urls()) urls += (urls.empty() ? "" : " ") + u;
@@ -246,20 +242,6 @@ class QuorumHeldLease final : public HeldLease {
             {"FENCERUN_SERVERS", std::to_string(m_ops.size())},
             {"FENCERUN_SLOT", "0"},
             {"FENCERUN_LIMIT", "1"}};
-  }
-
-  void keep(std::function<void(Deadline)> on_renewed) override {
-    m_keeper.emplace(m_ops, m_acquired, m_schedule, m_request.request_timeout, m_context, std::move(on_renewed));
-  }
-  void stop_keeping() override {
-    if (m_keeper) m_keeper->stop();
-  }
-  bool lost() const override { return m_keeper && m_keeper->lost(); }
-  int wake_fd() const override { return m_keeper ? m_keeper->wake_fd() : -1; }
-  Stats stats() const override {
-    if (!m_keeper) return {};
-    auto s = m_keeper->stats();
-    return {s.renewals, s.failures};
   }
 
   // Released when a majority deleted it; not ours when a majority answered and fewer deleted it.
@@ -284,11 +266,6 @@ class QuorumHeldLease final : public HeldLease {
 
  private:
   QuorumOps& m_ops;
-  Acquired m_acquired;
-  const LeaseRequest& m_request;
-  LeaseSchedule m_schedule;
-  log::Context m_context;
-  std::optional<LeaseKeeper> m_keeper;  // stays (stopped) after stop_keeping(), so the stats still answer
   bool m_released = false;
 };
 
