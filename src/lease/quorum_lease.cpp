@@ -371,9 +371,9 @@ Attempt QuorumLease::token_for(const std::vector<Result<Claim>>& claims, Deadlin
     return Unavailable{"only " + std::to_string(with_counter) + " of the " + std::to_string(answered) +
                        " servers that answered know the token counter (a majority of all " +
                        std::to_string(m_ops.size()) + " must, or none): no token is issued that might not be greater "
-                       "than the last; server " + missing + " lost its data (raise its counter above the last token "
-                       "issued, at least " + std::to_string(max_counter) + ": fencerun -r URL bump " + m_request.lock +
-                       " --above TOKEN)"};
+                       "than the last; without a counter: server " + missing + " (restarted without its data, or never "
+                       "used for this lock); raise its counter above the last token issued, at least " +
+                       std::to_string(max_counter) + ": fencerun -r URL bump " + m_request.lock + " --above TOKEN"};
   }
   if (with_counter == 0)
     log::event(log::Level::warn, "no_counter",
