@@ -177,3 +177,33 @@ TEST_F(QuorumTest, NoMajorityIsUnavailable) {
 
 }  // namespace
 }  // namespace fencerun::test
+
+namespace fencerun::test {
+namespace {
+
+// Contenders that wait: one holder at a time (an overlap would find the directory `inside`), every
+// run gets its turn, and the tokens of the holders in turn increase.
+TEST_F(QuorumTest, ContendersHoldTheLockOneAtATime) {
+  constexpr int kContenders = 4, kRuns = 5;
+  std::string servers;
+  for (std::size_t i = 0; i < k_servers; ++i) servers += " -r " + server(i).url();
+  const std::string critical = "mkdir inside || echo overlap >> overlaps; echo \"$FENCERUN_TOKEN\" >> tokens; "
+                               "sleep 0.05; rmdir inside";
+  const std::string loop = "for i in $(seq " + std::to_string(kRuns) + "); do " + shell_quote(fencerun_binary()) +
+                           servers + " --wait 30s excl -- sh -c " + shell_quote(critical) + " || echo $? >> failed; done";
+  std::vector<std::unique_ptr<Process>> contenders;
+  for (int c = 0; c < kContenders; ++c)
+    contenders.push_back(std::make_unique<Process>(std::vector<std::string>{"sh", "-c", loop}, spawn_options()));
+  for (auto& p : contenders) EXPECT_EQ(p->wait_for_exit(60s), 0) << p->result();
+  EXPECT_FALSE(std::filesystem::exists(file("overlaps"))) << read_file(file("overlaps")).value_or("");
+  EXPECT_FALSE(std::filesystem::exists(file("failed"))) << read_file(file("failed")).value_or("");
+  const auto tokens = split_lines(read_file(file("tokens")).value_or(""));
+  EXPECT_EQ(tokens.size(), static_cast<std::size_t>(kContenders * kRuns));
+  for (std::size_t i = 1; i < tokens.size(); ++i)
+    EXPECT_GT(parse_ll(tokens[i]).value_or(0), parse_ll(tokens[i - 1]).value_or(0)) << "holder " << i;
+  std::cout << "[ quorum ] " << kContenders << " contenders x " << kRuns << " runs: " << tokens.size()
+            << " held in turn, 0 overlaps expected\n";
+}
+
+}  // namespace
+}  // namespace fencerun::test
