@@ -112,8 +112,10 @@ std::string quorum_text(const std::string& lock, const QuorumView& v, const std:
           "\ntoken: " + token_text(v.holder->holder) + "\nttl: " + ttl_text(*v.holder) + "\n";
   else if (v.answered < v.majority)
     out = lock + ": unknown: " + std::to_string(v.answered) + of + " answered\n";
+  else if (v.free_servers >= v.majority)
+    out = lock + ": free on " + std::to_string(v.free_servers) + of + "\n";
   else
-    out = lock + ": free (held by no owner on a majority; free on " + std::to_string(v.free_servers) + of + ")\n";
+    out = lock + ": free: held by no owner on a majority" + of + "\n";
   out += "last token: " + (v.last_token ? std::to_string(*v.last_token) : std::string("none")) + "\n";
   for (std::size_t i = 0; i < v.servers.size(); ++i) {
     out += "server " + std::to_string(i + 1) + " " + urls[i] + ": ";

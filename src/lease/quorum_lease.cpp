@@ -250,9 +250,8 @@ class QuorumHeldLease final : public KeptLease {
     m_released = true;
     const auto r = m_ops.release(m_request.owner, BootClock::now() + m_request.request_timeout);
     const std::size_t m = m_ops.majority();
-    const log::Field servers{"deleted_on", std::to_string(r.deleted)};
     if (r.deleted >= m) {
-      log::event(log::Level::info, "released", "released lock", m_context, {servers});
+      log::event(log::Level::info, "released", "released lock", m_context);
       return Released::yes;
     }
     if (r.deleted + r.not_ours >= m) return Released::not_ours;
