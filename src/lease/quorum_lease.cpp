@@ -337,8 +337,8 @@ Attempt QuorumLease::attempt() {
   if (set < m) {
     if (set > 0 || maybe_set) undo();
     if (answered < m)
-      return Unavailable{"only " + std::to_string(answered) + " of " + servers_text() + " answered; " +
-                         first_failure(claims, m_ops.urls())};
+      return Unavailable{"only " + std::to_string(answered) + " of " + std::to_string(m_ops.size()) +
+                         " servers answered; " + first_failure(claims, m_ops.urls())};
     return busy;
   }
   if (BootClock::now() >= schedule.stop_at(deadline)) {
@@ -394,8 +394,8 @@ Attempt QuorumLease::token_for(const std::vector<Result<Claim>>& claims, Deadlin
       static_cast<std::size_t>(std::ranges::count_if(written, [](const Result<bool>& w) { return w && *w; }));
   if (confirmed < m) {
     undo();
-    return Unavailable{"the token write-back was confirmed by " + std::to_string(confirmed) + " of " + servers_text() +
-                       "; " + first_failure(written, m_ops.urls())};
+    return Unavailable{"the token write-back was confirmed by " + std::to_string(confirmed) + " of " +
+                       std::to_string(m_ops.size()) + " servers; " + first_failure(written, m_ops.urls())};
   }
   Acquired acquired;
   acquired.token = token;
@@ -431,7 +431,8 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> QuorumLease::acquire(Wait
     milliseconds pause{};
     if (const auto* down = std::get_if<Unavailable>(&result)) {
       if (!waiting) {
-        log::event(log::Level::error, "redis_unavailable", "cannot use the quorum of " + servers_text() + ": " + down->why,
+        log::event(log::Level::error, "redis_unavailable",
+                   "cannot use the quorum of " + servers_text() + ": " + down->why,
                    {{"lock", m_request.lock}, servers_field()});
         return refuse(NotAcquired::Reason::unavailable);
       }
@@ -439,12 +440,14 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> QuorumLease::acquire(Wait
       ++failures;
       pause = jittered(std::min(milliseconds(100) * (1 << std::min(failures - 1, 5)), milliseconds(2000)), rng);
       log::event(log::Level::warn, "redis_retry",
-                 "cannot use the quorum of " + servers_text() + ": " + down->why + "; trying again while the wait lasts",
+                 "cannot use the quorum of " + servers_text() + ": " + down->why +
+                     "; trying again while the wait lasts",
                  {{"lock", m_request.lock}, log::millis("retry_in", pause, util::format_duration(pause))});
     } else {
       const auto& busy = std::get<HeldElsewhere>(result);
       if (!waiting) {
-        log::event(log::Level::info, "busy", m_request.wait->count() == 0 ? "lock is busy" : "lock is still busy: wait ran out",
+        log::event(log::Level::info, "busy",
+                   m_request.wait->count() == 0 ? "lock is busy" : "lock is still busy: wait ran out",
                    {{"lock", m_request.lock},
                     {"holder_pid", busy.holder.pid ? std::to_string(*busy.holder.pid) : "unknown"},
                     {"holder_host", busy.holder.host.empty() ? "unknown" : busy.holder.host},

@@ -58,7 +58,8 @@ class QuorumTest : public FencerunTest {
   // How many servers hold NAME's lock key now.
   std::size_t holding(const std::string& name) {
     std::size_t n = 0;
-    for (std::size_t i = 0; i < k_servers; ++i) n += server(i).running() && !server(i).frozen() && server(i).exists(lock_key(name));
+    for (std::size_t i = 0; i < k_servers; ++i)
+      n += server(i).running() && !server(i).frozen() && server(i).exists(lock_key(name));
     return n;
   }
 

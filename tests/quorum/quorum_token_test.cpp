@@ -126,9 +126,9 @@ TEST_F(QuorumTokenTest, RefusesATokenWhileAMajorityLacksTheCounter) {
   EXPECT_EQ(r.exit_code, 69) << r;
   EXPECT_FALSE(std::filesystem::exists(file("ran")));
   EXPECT_NE(r.err.find("only 1 of the 3 servers that answered know the token counter (a majority of all 3 must, or "
-                       "none): no token is issued that might not be greater than the last; without a counter: server 1, 3 "
-                       "(restarted without its data, or never used for this lock); raise its counter above the last "
-                       "token issued, at least " + std::to_string(t1) + ": fencerun -r URL bump mono --above TOKEN"),
+                       "none): no token is issued that might not be greater than the last; without a counter: "
+                       "server 1, 3 (restarted without its data, or never used for this lock); raise its counter "
+                       "above the last token issued, at least " + std::to_string(t1) + ": fencerun -r URL bump mono --above TOKEN"),
             std::string::npos)
       << r;
   for (std::size_t i : {0u, 2u}) EXPECT_FALSE(server(i).exists(lock_key("mono"))) << "released on server " << i;
