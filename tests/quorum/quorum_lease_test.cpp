@@ -212,3 +212,32 @@ TEST_F(QuorumTest, ContendersHoldTheLockOneAtATime) {
 
 }  // namespace
 }  // namespace fencerun::test
+
+namespace fencerun::test {
+namespace {
+
+// Two clients of one lock with different server lists that share only one server: both can hold it.
+// `status` over all their servers shows it: each server's holder, and the servers disagreeing.
+TEST_F(QuorumTest, StatusShowsClientsWithDifferentServerLists) {
+  RedisServer d, e;
+  // D and E were used for the lock before (without counters there, B's majority would lack them and
+  // B would be refused a token: QuorumTokenTest.RefusesATokenWhileAMajorityLacksTheCounter).
+  for (auto* s : {&d, &e}) ASSERT_TRUE(s->cmd({"SET", token_key("mixed"), "1"}).ok());
+  auto a = start(quorum_sh("mixed", "echo a > a; while [ ! -e go ]; do sleep 0.02; done"));
+  wait_line("a");
+  auto b = start({"-r", server(2).url(), "-r", d.url(), "-r", e.url(), "mixed", "--", "sh", "-c",
+                  "echo b > b; while [ ! -e go ]; do sleep 0.02; done"});
+  wait_line("b");
+  auto s = run(with_status(quorum({"-r", d.url(), "-r", e.url(), "mixed"})));
+  EXPECT_EQ(s.exit_code, 0) << s;
+  EXPECT_NE(s.out.find(" on 3 of 5 servers (a majority is 3)\n"), std::string::npos) << s;
+  EXPECT_NE(s.out.find("server 4 " + d.url() + ": held by pid " + std::to_string(b->pid())), std::string::npos) << s;
+  EXPECT_NE(s.out.find("server 5 " + e.url() + ": held by pid " + std::to_string(b->pid())), std::string::npos) << s;
+  EXPECT_NE(s.out.find("the servers disagree"), std::string::npos) << s;
+  touch("go");
+  EXPECT_EQ(a->wait_for_exit(10s), 0) << a->result();
+  EXPECT_EQ(b->wait_for_exit(10s), 0) << b->result();
+}
+
+}  // namespace
+}  // namespace fencerun::test
