@@ -12,6 +12,7 @@
 #include "app/metrics.hpp"
 #include "util/duration.hpp"
 #include "lease/lease.hpp"
+#include "lease/quorum_lease.hpp"
 #include "lease/redis_lease.hpp"
 #include "log/log.hpp"
 #include "supervisor/exit_status.hpp"
@@ -173,8 +174,11 @@ Exit run_under(const config::Config& c, supervisor::SignalChannel& signals, leas
 
 Exit run_locked(const config::Config& c, RunReport& report) {
   supervisor::SignalChannel signals;  // before any thread or child exists
-  auto lease = lease::make_redis_lease({c.common.endpoint, c.common.redacted_url, c.common.key_prefix},
-                                       lease_request(c));
+  auto lease = c.common.servers.empty()
+                   ? lease::make_redis_lease({c.common.endpoint, c.common.redacted_url, c.common.key_prefix},
+                                             lease_request(c))
+                   : lease::make_quorum_lease({c.common.servers, c.common.server_urls, c.common.key_prefix},
+                                              lease_request(c));
   SignalWaiter waiter(signals, c.run.lock);
   auto held = lease->acquire(waiter, report.lock_wait);
   if (!held) return not_acquired(c, held.error());

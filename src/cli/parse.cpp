@@ -13,7 +13,11 @@ namespace {
 
 // The connection options of run, status and fence redis.
 void add_connection_options(CLI::App& app, config::Options& o) {
-  app.add_option("-r,--redis", o.redis_url);
+  // Repeated for quorum mode: every -r is kept, one URL each (CLI11 would otherwise take the
+  // words after it as more URLs).
+  app.add_option("-r,--redis", o.redis_urls)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->allow_extra_args(false);
   app.add_option("--timeout", o.timeout);
   app.add_option("--key-prefix", o.key_prefix);
   app.add_flag_function("-v,--verbose", [&o](std::int64_t n) { o.verbosity += static_cast<int>(n); });

@@ -99,34 +99,101 @@ std::expected<void, std::string> validate_lock_name(std::string_view name) {
   return {};
 }
 
-CommonConfig make_common_config(const Options& o, const GetEnv& getenv) {
-  CommonConfig c;
-  // Where the lock lives, and the password (URL first, then the environment).
-  std::string url = o.redis_url ? *o.redis_url : "";
-  c.url_source = "--redis";
-  if (url.empty()) url = getenv("FENCERUN_REDIS_URL").value_or(""), c.url_source = "$FENCERUN_REDIS_URL";
-  if (url.empty()) url = getenv("REDIS_URL").value_or(""), c.url_source = "$REDIS_URL";
-  if (url.empty()) url = "redis://127.0.0.1:6379", c.url_source = "the default";
+namespace {
+
+// One -r URL (or the environment's, or the default) with the passwords of the environment and the TLS
+// options, which apply to every server.
+RedisEndpoint endpoint_option(const std::string& url, const Options& o, const GetEnv& getenv) {
   auto endpoint = parse_redis_url(url);
   if (!endpoint) throw UsageError("--redis: " + endpoint.error());
-  c.endpoint = std::move(*endpoint);
-  if (!c.endpoint.password) {
+  RedisEndpoint e = std::move(*endpoint);
+  if (!e.password) {
     auto pw = getenv("FENCERUN_REDIS_PASSWORD");
     if (!pw || pw->empty()) pw = getenv("REDISCLI_AUTH");
-    if (pw && !pw->empty()) c.endpoint.password = *pw;
+    if (pw && !pw->empty()) e.password = *pw;
   }
-  if (c.endpoint.transport == RedisEndpoint::Transport::sentinel) {
+  if (e.transport == RedisEndpoint::Transport::sentinel) {
     auto pw = getenv("FENCERUN_SENTINEL_PASSWORD");
-    if (pw && !pw->empty()) c.endpoint.sentinel_password = *pw;
+    if (pw && !pw->empty()) e.sentinel_password = *pw;
   }
-  auto& tls = c.endpoint.tls;
+  auto& tls = e.tls;
   tls.ca_file = o.tls_ca_file;
   tls.cert_file = o.tls_cert;
   tls.key_file = o.tls_key;
   tls.server_name = o.tls_server_name;
   tls.insecure = o.tls_insecure;
-  if (!tls.key_file.empty() && tls.cert_file.empty()) throw UsageError("--tls-key: needs --tls-cert as well");
+  return e;
+}
+
+bool uses_tls(const RedisEndpoint& e) {
+  return e.transport == RedisEndpoint::Transport::tls ||
+         (e.transport == RedisEndpoint::Transport::sentinel && e.sentinel_tls);
+}
+
+// Quorum mode's list: 3, 5 or 7 distinct servers, all with TLS or none (the --tls-* options are
+// given once, for all of them).
+void check_quorum(const std::vector<RedisEndpoint>& servers) {
+  const std::size_t n = servers.size();
+  if (n % 2 == 0 || n > k_max_quorum_servers)
+    throw UsageError("--redis: " + std::to_string(n) +
+                     " servers given; quorum mode takes 3, 5 or 7 (an odd number of independent servers)");
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = i + 1; j < n; ++j)
+      if (server_identity(servers[i]) == server_identity(servers[j]))
+        throw UsageError("--redis: servers " + std::to_string(i + 1) + " and " + std::to_string(j + 1) +
+                         " are the same server (" + server_identity(servers[i]) +
+                         "); quorum mode needs independent servers");
+  if (std::ranges::any_of(servers, uses_tls) && !std::ranges::all_of(servers, uses_tls))
+    throw UsageError("--redis: the servers mix TLS (rediss://) and plain connections; in quorum mode all of "
+                     "them use TLS or none (the --tls-* options apply to every server)");
+}
+
+}  // namespace
+
+std::string server_identity(const RedisEndpoint& e) {
+  const std::string db = "/" + std::to_string(e.db);
+  switch (e.transport) {
+    case RedisEndpoint::Transport::unix_socket: return e.path + db;
+    case RedisEndpoint::Transport::sentinel: {
+      std::vector<std::string> sentinels;
+      for (const auto& s : e.sentinels) sentinels.push_back(s.host + ":" + std::to_string(s.port));
+      std::ranges::sort(sentinels);
+      std::string id = "sentinel master " + e.master_name + " via";
+      for (const auto& s : sentinels) id += " " + s;
+      return id + db;
+    }
+    case RedisEndpoint::Transport::tcp:
+    case RedisEndpoint::Transport::tls: break;
+  }
+  std::string host = e.host;
+  for (char& ch : host) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(e.port) + db;
+}
+
+CommonConfig make_common_config(const Options& o, const GetEnv& getenv) {
+  CommonConfig c;
+  // Where the lock lives, and the password (URL first, then the environment). Only -r names several
+  // servers: the environment and the default name one.
+  std::string url = o.redis_urls.size() == 1 ? o.redis_urls.front() : "";
+  c.url_source = "--redis";
+  if (o.redis_urls.size() > 1) {
+    for (const auto& u : o.redis_urls) c.servers.push_back(endpoint_option(u, o, getenv));
+    check_quorum(c.servers);
+    url = o.redis_urls.front();
+  }
+  if (url.empty()) url = getenv("FENCERUN_REDIS_URL").value_or(""), c.url_source = "$FENCERUN_REDIS_URL";
+  if (url.empty()) url = getenv("REDIS_URL").value_or(""), c.url_source = "$REDIS_URL";
+  if (url.empty()) url = "redis://127.0.0.1:6379", c.url_source = "the default";
+  c.endpoint = endpoint_option(url, o, getenv);
+  if (!o.tls_key.empty() && o.tls_cert.empty()) throw UsageError("--tls-key: needs --tls-cert as well");
   c.redacted_url = redacted_url(c.endpoint);
+  if (!c.servers.empty()) {
+    c.redacted_url.clear();
+    for (const auto& s : c.servers) {
+      c.server_urls.push_back(redacted_url(s));
+      c.redacted_url += (c.redacted_url.empty() ? "" : " ") + c.server_urls.back();
+    }
+  }
 
   c.timeout = duration_option("--timeout", o.timeout);
   if (c.timeout <= milliseconds::zero())
@@ -157,6 +224,9 @@ Config make_config(const Options& o, const GetEnv& getenv, const ParseSignal& pa
 
   c.common = make_common_config(o, getenv);
   check_tls_files(c.common.endpoint.tls);
+  const bool quorum = !c.common.servers.empty();
+  if (quorum && o.subcommand != Subcommand::run && o.subcommand != Subcommand::status)
+    throw UsageError("--redis: several servers (quorum mode) are for run and status only; give one");
   c.acl_delex = o.acl_delex;
   c.acl_delifeq = o.acl_delifeq;
   c.acl_admin = o.acl_admin;
@@ -223,6 +293,12 @@ Config make_config(const Options& o, const GetEnv& getenv, const ParseSignal& pa
   c.run.replica_timeout = duration_option("--replica-timeout", o.replica_timeout);
   if (c.run.replica_timeout <= milliseconds::zero())
     throw UsageError("--replica-timeout: must be positive, got " + o.replica_timeout);
+  if (quorum && c.run.fair) throw UsageError("--fair: not supported in quorum mode (several --redis servers)");
+  if (quorum && c.run.limit > 1)
+    throw UsageError("--limit: only 1 in quorum mode (several --redis servers), got " + o.limit);
+  if (quorum && c.run.min_replicas > 0)
+    throw UsageError("--min-replicas: not supported in quorum mode (several --redis servers): a majority of "
+                     "independent servers takes the place of replica acknowledgement");
   if (c.run.min_replicas > 0 && c.run.replica_timeout * 2 >= c.run.timing.ttl)
     throw UsageError("--replica-timeout: " + format_duration(c.run.replica_timeout) +
                      " must be shorter than half of --ttl " + format_duration(c.run.timing.ttl));

@@ -31,9 +31,17 @@ std::expected<void, std::string> validate_lock_name(std::string_view name);
 enum class LogFormat { text, json };
 enum class LogLevel { debug, info, warn, error };
 
+// Quorum mode: -r given this many times at most (3, 5 or 7: an odd number, so that any two majorities
+// share a server).
+inline constexpr std::size_t k_max_quorum_servers = 7;
+
 struct CommonConfig {
-  RedisEndpoint endpoint;
-  std::string redacted_url;
+  RedisEndpoint endpoint;    // in quorum mode the first server's
+  std::string redacted_url;  // in quorum mode every server's, separated by spaces
+  // Quorum mode (-r given 3, 5 or 7 times): every server in the order given, and its redacted URL.
+  // Empty with one server.
+  std::vector<RedisEndpoint> servers;
+  std::vector<std::string> server_urls;
   std::string url_source;  // what chose the server: "--redis", "$FENCERUN_REDIS_URL", "$REDIS_URL", "the default"
   milliseconds timeout{2000};
   std::string key_prefix = "fencerun:";
@@ -87,6 +95,10 @@ Config make_config(const Options& options, const GetEnv& getenv, const ParseSign
 // --timeout, --key-prefix, logging), for every command that talks to Redis. Throws UsageError.
 // Pure: it does not look at the TLS files (see check_tls_files).
 CommonConfig make_common_config(const Options& options, const GetEnv& getenv);
+
+// The same server, as far as the URL can tell: host:port/db, the socket path and db, or a sentinel
+// group's master name, sentinels and db. Quorum mode refuses a list that names one server twice.
+std::string server_identity(const RedisEndpoint& endpoint);
 
 // Throws UsageError naming the option and the path when --tls-ca-file, --tls-cert or --tls-key names
 // something that cannot be opened for reading (missing, unreadable, a directory): a typo found before

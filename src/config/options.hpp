@@ -24,7 +24,8 @@ struct Options {
   Subcommand subcommand = Subcommand::run;
   std::string help_text;  // with Subcommand::help
 
-  std::optional<std::string> redis_url;
+  // -r/--redis, in the order given: none (the environment or the default), one, or a quorum's servers.
+  std::vector<std::string> redis_urls;
   std::string ttl = "30s";
   std::optional<std::string> renew;
   std::optional<std::string> grace;

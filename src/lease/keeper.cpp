@@ -12,7 +12,7 @@
 
 namespace fencerun::lease {
 
-LeaseKeeper::LeaseKeeper(LockOps& lease, const Acquired& acquired, LeaseSchedule schedule,
+LeaseKeeper::LeaseKeeper(Renewer& lease, const Acquired& acquired, LeaseSchedule schedule,
                          std::chrono::milliseconds request_timeout, log::Context context,
                          std::function<void(Deadline)> on_renewed)
     : m_lease(lease),

@@ -8,9 +8,11 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
+#include "lease/lease.hpp"
 #include "lease/lease_client.hpp"
 #include "lease/timing.hpp"
 #include "log/log.hpp"
@@ -28,7 +30,7 @@ class LeaseKeeper {
   // Starts renewing. `lease` (and its connection) belongs to the keeper until stop() returns.
   // `on_renewed` is called from the renewal thread with each new deadline, as soon as it is known
   // (fencerun passes it on to the watchdog). Throws SystemError when the thread cannot start.
-  LeaseKeeper(LockOps& lease, const Acquired& acquired, LeaseSchedule schedule,
+  LeaseKeeper(Renewer& lease, const Acquired& acquired, LeaseSchedule schedule,
               std::chrono::milliseconds request_timeout, log::Context context,
               std::function<void(Deadline)> on_renewed = {});
   ~LeaseKeeper();
@@ -49,7 +51,7 @@ class LeaseKeeper {
   void run();
   void wake();
 
-  LockOps& m_lease;
+  Renewer& m_lease;
   std::string m_value;
   log::Context m_context;
   LeaseSchedule m_schedule;
@@ -66,6 +68,43 @@ class LeaseKeeper {
   bool m_stop_requested = false;
   Stats m_stats;
   std::thread m_thread;
+};
+
+// The renewal half of a HeldLease, shared by the lease implementations: keep() starts a LeaseKeeper
+// on `renewer`, which stays (stopped) after stop_keeping(), so deadline(), lost() and the stats still
+// answer. The implementation adds the token, the facts and the release.
+class KeptLease : public HeldLease {
+ public:
+  Deadline deadline() const override {
+    return m_keeper ? m_keeper->deadline() : m_schedule.deadline_after(m_acquired.sent);
+  }
+  void keep(std::function<void(Deadline)> on_renewed) override {
+    m_keeper.emplace(m_renewer, m_acquired, m_schedule, m_request.request_timeout, m_context, std::move(on_renewed));
+  }
+  void stop_keeping() override {
+    if (m_keeper) m_keeper->stop();
+  }
+  bool lost() const override { return m_keeper && m_keeper->lost(); }
+  int wake_fd() const override { return m_keeper ? m_keeper->wake_fd() : -1; }
+  Stats stats() const override {
+    if (!m_keeper) return {};
+    auto s = m_keeper->stats();
+    return {s.renewals, s.failures};
+  }
+
+ protected:
+  KeptLease(Renewer& renewer, Acquired acquired, const LeaseRequest& request, log::Context context)
+      : m_acquired(std::move(acquired)), m_request(request), m_context(std::move(context)), m_renewer(renewer),
+        m_schedule(request.timing) {}
+
+  Acquired m_acquired;
+  const LeaseRequest& m_request;
+  log::Context m_context;
+
+ private:
+  Renewer& m_renewer;
+  LeaseSchedule m_schedule;
+  std::optional<LeaseKeeper> m_keeper;
 };
 
 }  // namespace fencerun::lease

@@ -121,10 +121,19 @@ redis::Result<Bumped> bump_counter(redis::Client& client, const LockKeys& keys, 
 redis::Result<bool> release_holder(redis::Client& client, const LockKeys& keys, long limit, std::string_view owner,
                                    Deadline deadline);
 
-// The operations a lease runs on its server.
-class LockOps {
+// What the keeper (keeper.hpp) needs of a lease: its renewal.
+class Renewer {
  public:
-  virtual ~LockOps() = default;
+  virtual ~Renewer() = default;
+  // Owner-checked renewal of what the last successful acquisition took (`value` is its lock value);
+  // `sent` receives the time the successful request was written (of a quorum: the round's earliest).
+  virtual redis::Result<RenewOutcome> renew(std::string_view value, std::chrono::milliseconds ttl,
+                                            Deadline deadline, Deadline& sent) = 0;
+};
+
+// The operations a lease runs on its server.
+class LockOps : public Renewer {
+ public:
   virtual const LockKeys& keys() const = 0;
   virtual redis::Client& client() = 0;
   // One attempt: acquire with `ttl` and issue a token, or report the holder. With ack.replicas > 0 the
@@ -134,10 +143,6 @@ class LockOps {
                                                    const Queueing& queueing, Deadline deadline) = 0;
   // A waiter gives up its place in the queue (the next one takes it).
   virtual redis::Result<void> leave_queue(std::string_view owner, Deadline deadline) = 0;
-  // Owner-checked renewal of what the last successful try_acquire took; `sent` receives the time the
-  // successful request was written.
-  virtual redis::Result<RenewOutcome> renew(std::string_view value, std::chrono::milliseconds ttl,
-                                            Deadline deadline, Deadline& sent) = 0;
   // Owner-checked compare-and-delete. true: deleted; false: it was not ours any more. `value` is the
   // full value when known; without it the owner id (the value's first word) decides.
   virtual redis::Result<bool> release(std::string_view owner, std::optional<std::string_view> value,

@@ -91,12 +91,11 @@ bool acquire_may_have_run(const redis::Error& e) {
 
 milliseconds since(Deadline t) { return std::chrono::duration_cast<milliseconds>(BootClock::now() - t); }
 
-class RedisHeldLease final : public HeldLease {
+class RedisHeldLease final : public KeptLease {
  public:
   RedisHeldLease(LockOps& client, Acquired acquired, const RedisLeaseTarget& target, const LeaseRequest& request,
                  log::Context context)
-      : m_client(client), m_acquired(std::move(acquired)), m_target(target), m_request(request),
-        m_schedule(request.timing), m_context(std::move(context)) {}
+      : KeptLease(client, std::move(acquired), request, std::move(context)), m_client(client), m_target(target) {}
 
   ~RedisHeldLease() override {
     try {
@@ -108,9 +107,6 @@ class RedisHeldLease final : public HeldLease {
 
   std::uint64_t token() const override { return m_acquired.token; }
   long slot() const override { return m_acquired.slot; }
-  Deadline deadline() const override {
-    return m_keeper ? m_keeper->deadline() : m_schedule.deadline_after(m_acquired.sent);
-  }
   std::vector<std::pair<std::string, std::string>> facts() const override {
     return {{"FENCERUN_TOKEN", std::to_string(m_acquired.token)},
             {"FENCERUN_LOCK", m_request.lock},
@@ -119,20 +115,6 @@ class RedisHeldLease final : public HeldLease {
             {"FENCERUN_REDIS_URL", m_target.redacted_url},
             {"FENCERUN_SLOT", std::to_string(m_acquired.slot)},
             {"FENCERUN_LIMIT", std::to_string(m_request.limit)}};
-  }
-
-  void keep(std::function<void(Deadline)> on_renewed) override {
-    m_keeper.emplace(m_client, m_acquired, m_schedule, m_request.request_timeout, m_context, std::move(on_renewed));
-  }
-  void stop_keeping() override {
-    if (m_keeper) m_keeper->stop();
-  }
-  bool lost() const override { return m_keeper && m_keeper->lost(); }
-  int wake_fd() const override { return m_keeper ? m_keeper->wake_fd() : -1; }
-  Stats stats() const override {
-    if (!m_keeper) return {};
-    auto s = m_keeper->stats();
-    return {s.renewals, s.failures};
   }
 
   Released release() override {
@@ -153,13 +135,7 @@ class RedisHeldLease final : public HeldLease {
 
  private:
   LockOps& m_client;
-  Acquired m_acquired;
   const RedisLeaseTarget& m_target;
-  const LeaseRequest& m_request;
-  LeaseSchedule m_schedule;
-  log::Context m_context;
-  // The keeper stays (stopped) after stop_keeping(), so deadline(), lost() and the stats still answer.
-  std::optional<LeaseKeeper> m_keeper;
   bool m_released = false;
 };
 

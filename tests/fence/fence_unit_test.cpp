@@ -58,7 +58,7 @@ TEST(FenceArgs, File) {
 TEST(FenceArgs, RedisPassesCommandThroughUntouched) {
   auto a = parse_redis_args({"-r", "redis://h:1", "--timeout=5s", "--key-prefix", "p:", "--resource", "orders",
                              "--token", "9", "--", "SET", "k", "[%s]", "a,b", "--token", "1", "--"});
-  EXPECT_EQ(a.connection.redis_url, "redis://h:1");
+  EXPECT_EQ(a.connection.redis_urls, std::vector<std::string>{"redis://h:1"});
   EXPECT_EQ(a.connection.timeout, "5s");
   EXPECT_EQ(a.connection.key_prefix, "p:");
   EXPECT_EQ(a.resource, "orders");

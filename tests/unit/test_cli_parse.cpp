@@ -51,7 +51,7 @@ TEST(cli, runs_name_and_command) {
 TEST(cli, keeps_defaults_when_no_option_is_given) {
   Options o = parse({"nightly", "--", "true"});
   Options d;
-  EXPECT_EQ(o.redis_url, std::nullopt);
+  EXPECT_TRUE(o.redis_urls.empty());
   EXPECT_EQ(o.ttl, d.ttl);
   EXPECT_EQ(o.renew, std::nullopt);
   EXPECT_EQ(o.grace, std::nullopt);
@@ -92,7 +92,7 @@ TEST(cli, reads_every_run_option) {
   Options o = parse({"-r", "redis://db:6380/1", "-t", "1m", "--renew", "10s", "--grace", "2s", "--kill-signal",
                      "INT", "-w", "inf", "-E", "3", "--lease-lost-exit-code", "99", "--timeout", "500ms",
                      "--key-prefix", "jobs:", "--shell", "--log-format", "json", "nightly", "--", "make all"});
-  EXPECT_EQ(o.redis_url, "redis://db:6380/1");
+  EXPECT_EQ(o.redis_urls, std::vector<std::string>{"redis://db:6380/1"});
   EXPECT_EQ(o.ttl, "1m");
   EXPECT_EQ(o.renew, "10s");
   EXPECT_EQ(o.grace, "2s");
@@ -110,7 +110,7 @@ TEST(cli, reads_every_run_option) {
 
 TEST(cli, reads_long_options_with_equals_signs) {
   Options o = parse({"--redis=redis://db", "--ttl=45s", "--wait=5m", "--conflict-exit-code=0", "nightly", "--", "x"});
-  EXPECT_EQ(o.redis_url, "redis://db");
+  EXPECT_EQ(o.redis_urls, std::vector<std::string>{"redis://db"});
   EXPECT_EQ(o.ttl, "45s");
   EXPECT_EQ(o.wait, "5m");
   EXPECT_EQ(o.conflict_exit_code, 0);
@@ -149,7 +149,7 @@ TEST(cli, parses_status) {
   EXPECT_EQ(o.subcommand, Subcommand::status);
   EXPECT_EQ(o.lock_name, "nightly");
   EXPECT_TRUE(o.json);
-  EXPECT_EQ(o.redis_url, "redis://db");
+  EXPECT_EQ(o.redis_urls, std::vector<std::string>{"redis://db"});
   EXPECT_TRUE(o.command.empty());
 }
 
@@ -364,7 +364,7 @@ TEST(cli_fence, parses_the_guards) {
                      "5", "-vv", "SET", "k", "--token", "--", "\xff", ""});
   EXPECT_EQ(o.subcommand, Subcommand::fence);
   EXPECT_EQ(o.fence_guard, FenceGuard::redis);
-  EXPECT_EQ(o.redis_url, "rediss://h:1");
+  EXPECT_EQ(o.redis_urls, std::vector<std::string>{"rediss://h:1"});
   EXPECT_EQ(o.tls_ca_file, "/ca.pem");
   EXPECT_EQ(o.fence_resource, "r");
   EXPECT_EQ(o.fence_token, "5");
@@ -492,11 +492,17 @@ TEST(cli_fence, redis_checks_the_tls_files_like_run) {
 }
 
 TEST(cli, an_option_given_twice_takes_the_last_value) {
-  Options o = parse({"-r", "redis://a:1", "-t", "10s", "-w", "1s", "--redis", "redis://b:2", "--ttl", "20s",
-                     "-w", "2s", "job", "--", "true"});
-  EXPECT_EQ(o.redis_url, "redis://b:2");
+  Options o = parse({"-r", "redis://a:1", "-t", "10s", "-w", "1s", "--ttl", "20s", "-w", "2s", "job", "--", "true"});
   EXPECT_EQ(o.ttl, "20s");
   EXPECT_EQ(o.wait, "2s");
+}
+
+// Quorum mode: every -r is kept, in order, one URL each (NAME is not taken for a URL).
+TEST(cli, a_repeated_redis_option_keeps_every_server) {
+  Options o = parse({"-r", "redis://a:1", "-t", "10s", "--redis", "redis://b:2", "-r", "unix:///s", "job", "--", "true"});
+  EXPECT_EQ(o.redis_urls, (std::vector<std::string>{"redis://a:1", "redis://b:2", "unix:///s"}));
+  EXPECT_EQ(o.lock_name, "job");
   Options s = parse({"status", "-r", "redis://a:1", "-r", "redis://b:2", "job"});
-  EXPECT_EQ(s.redis_url, "redis://b:2");
+  EXPECT_EQ(s.redis_urls, (std::vector<std::string>{"redis://a:1", "redis://b:2"}));
+  EXPECT_EQ(s.lock_name, "job");
 }

@@ -120,7 +120,7 @@ TEST(make_config, applies_the_defaults) {
 
 TEST(make_config, prefers_the_redis_option_to_the_environment) {
   Options o = run_options();
-  o.redis_url = "redis://option.example:7001";
+  o.redis_urls = {"redis://option.example:7001"};
   Config c = configure(o, {{"FENCERUN_REDIS_URL", "redis://fencerun.example"}, {"REDIS_URL", "redis://plain.example"}});
   EXPECT_EQ(c.common.endpoint.host, "option.example");
   EXPECT_EQ(c.common.endpoint.port, 7001);
@@ -150,7 +150,7 @@ TEST(make_config, skips_empty_url_variables) {
 
 TEST(make_config, rejects_a_bad_url_naming_the_redis_option) {
   Options o = run_options();
-  o.redis_url = "http://example:80";
+  o.redis_urls = {"http://example:80"};
   EXPECT_EQ(usage_error(o),
             "--redis: unsupported URL scheme 'http' (expected redis://, rediss://, unix:// or redis+sentinel://)");
   EXPECT_EQ(usage_error(run_options(), {{"REDIS_URL", "redis://host:http"}}),
@@ -161,7 +161,7 @@ TEST(make_config, rejects_a_bad_url_naming_the_redis_option) {
 
 TEST(make_config, prefers_the_password_in_the_url) {
   Options o = run_options();
-  o.redis_url = "redis://alice:from-url@host";
+  o.redis_urls = {"redis://alice:from-url@host"};
   Config c = configure(o, {{"FENCERUN_REDIS_PASSWORD", "from-fencerun"}, {"REDISCLI_AUTH", "from-cli"}});
   EXPECT_EQ(c.common.endpoint.user, "alice");
   EXPECT_EQ(c.common.endpoint.password, "from-url");
@@ -193,7 +193,7 @@ TEST(make_config, leaves_the_password_unset_without_one) {
 
 TEST(make_config, keeps_every_password_out_of_the_redacted_url) {
   Options o = run_options();
-  o.redis_url = "redis://alice:hunter2@host:6380/1";
+  o.redis_urls = {"redis://alice:hunter2@host:6380/1"};
   EXPECT_EQ(configure(o).common.redacted_url, "redis://alice@host:6380/1");
   Config c = configure(run_options(), {{"FENCERUN_REDIS_PASSWORD", "hunter3"}});
   EXPECT_EQ(c.common.redacted_url, "redis://127.0.0.1:6379");
@@ -500,7 +500,7 @@ TEST(make_config, needs_no_lock_name_for_acl) {
 
 TEST(make_config, reads_the_sentinel_password_from_the_environment) {
   Options o = run_options();
-  o.redis_url = "redis+sentinel://s1:26379/main";
+  o.redis_urls = {"redis+sentinel://s1:26379/main"};
   Config c = configure(o, {{"FENCERUN_SENTINEL_PASSWORD", "sentinel-secret"}, {"REDISCLI_AUTH", "master-secret"}});
   EXPECT_EQ(c.common.endpoint.sentinel_password, "sentinel-secret");
   EXPECT_EQ(c.common.endpoint.password, "master-secret");
@@ -516,7 +516,7 @@ TEST(make_config, ignores_the_sentinel_password_without_sentinels) {
 TEST(make_config, passes_the_tls_options_on) {
   TempDir dir;
   Options o = run_options();
-  o.redis_url = "rediss://secure.example:6380";
+  o.redis_urls = {"rediss://secure.example:6380"};
   o.tls_ca_file = dir.file("ca.pem");
   o.tls_cert = dir.file("client.pem");
   o.tls_key = dir.file("client.key");
@@ -533,13 +533,13 @@ TEST(make_config, passes_the_tls_options_on) {
 
 TEST(make_config, verifies_tls_by_default) {
   Options o = run_options();
-  o.redis_url = "rediss://secure.example";
+  o.redis_urls = {"rediss://secure.example"};
   EXPECT_FALSE(configure(o).common.endpoint.tls.insecure);
 }
 
 TEST(make_config, rejects_a_tls_key_without_a_certificate) {
   Options o = run_options();
-  o.redis_url = "rediss://secure.example";
+  o.redis_urls = {"rediss://secure.example"};
   o.tls_key = "/etc/client.key";
   EXPECT_EQ(usage_error(o), "--tls-key: needs --tls-cert as well");
 }
@@ -547,7 +547,7 @@ TEST(make_config, rejects_a_tls_key_without_a_certificate) {
 TEST(make_config, rejects_a_missing_tls_file_naming_the_option_and_the_path) {
   TempDir dir;
   Options o = run_options();
-  o.redis_url = "rediss://secure.example";
+  o.redis_urls = {"rediss://secure.example"};
   o.tls_ca_file = dir.path("missing-ca.pem");
   EXPECT_EQ(usage_error(o), "--tls-ca-file: cannot read '" + dir.path("missing-ca.pem") + "': No such file or directory");
   o.tls_ca_file = dir.file("ca.pem");
@@ -562,7 +562,7 @@ TEST(make_config, rejects_a_missing_tls_file_naming_the_option_and_the_path) {
 
 TEST(make_config, rejects_a_tls_file_in_a_missing_directory) {
   Options o = run_options();
-  o.redis_url = "rediss://secure.example";
+  o.redis_urls = {"rediss://secure.example"};
   o.tls_ca_file = "/nonexistent-fencerun-dir/ca.pem";
   EXPECT_EQ(usage_error(o), "--tls-ca-file: cannot read '/nonexistent-fencerun-dir/ca.pem': No such file or directory");
 }
@@ -570,7 +570,7 @@ TEST(make_config, rejects_a_tls_file_in_a_missing_directory) {
 TEST(make_config, rejects_a_directory_as_a_tls_file) {
   TempDir dir;
   Options o = run_options();
-  o.redis_url = "rediss://secure.example";
+  o.redis_urls = {"rediss://secure.example"};
   o.tls_cert = dir.path("");
   EXPECT_EQ(usage_error(o), "--tls-cert: '" + o.tls_cert + "' is a directory, not a file");
 }
@@ -581,7 +581,7 @@ TEST(make_config, rejects_an_unreadable_tls_file) {
   std::string ca = dir.file("ca.pem");
   ASSERT_EQ(::chmod(ca.c_str(), 0), 0);
   Options o = run_options();
-  o.redis_url = "rediss://secure.example";
+  o.redis_urls = {"rediss://secure.example"};
   o.tls_ca_file = ca;
   EXPECT_EQ(usage_error(o), "--tls-ca-file: cannot read '" + ca + "': Permission denied");
 }
@@ -591,10 +591,10 @@ TEST(make_config, checks_the_tls_files_before_anything_connects) {
   // command line that cannot be read is a typo wherever it appears.
   Options o = run_options({});
   o.subcommand = Subcommand::status;
-  o.redis_url = "rediss://secure.example";
+  o.redis_urls = {"rediss://secure.example"};
   o.tls_ca_file = "/nonexistent-fencerun-dir/ca.pem";
   EXPECT_EQ(usage_error(o), "--tls-ca-file: cannot read '/nonexistent-fencerun-dir/ca.pem': No such file or directory");
-  o.redis_url = "redis://plain.example";
+  o.redis_urls = {"redis://plain.example"};
   EXPECT_EQ(usage_error(o), "--tls-ca-file: cannot read '/nonexistent-fencerun-dir/ca.pem': No such file or directory");
 }
 
