@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
     if (options.subcommand == config::Subcommand::version) {
       std::printf("fencerun %s\nhiredis %s\nfeatures: tcp unix tls sentinel cluster\n", FENCERUN_VERSION,
                   redis::hiredis_version().c_str());
-      if (!options.redis_url) return 0;
+      if (options.redis_urls.empty()) return 0;
       std::fflush(stdout);
       return app::server_version(config::make_config(options, get_env, supervisor::parse_signal));
     }

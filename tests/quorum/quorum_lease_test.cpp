@@ -241,3 +241,23 @@ TEST_F(QuorumTest, StatusShowsClientsWithDifferentServerLists) {
 
 }  // namespace
 }  // namespace fencerun::test
+
+namespace fencerun::test {
+namespace {
+
+TEST_F(QuorumTest, VersionNamesEveryServer) {
+  auto r = run(quorum({"--version"}));
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  for (std::size_t i = 0; i < k_servers; ++i)
+    EXPECT_NE(r.out.find("server " + std::to_string(i + 1) + ": "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("at 127.0.0.1:" + std::to_string(server(2).port())), std::string::npos) << r.out;
+  // One server down: the others are still named, and the exit says one could not be reached.
+  server(1).stop();
+  auto down = run(quorum({"--timeout", "1s", "--version"}));
+  EXPECT_EQ(down.exit_code, 69) << down.describe();
+  EXPECT_NE(down.out.find("server 3: "), std::string::npos) << down.out;
+  EXPECT_NE(down.err.find("cannot use Redis at redis://127.0.0.1:"), std::string::npos) << down.err;
+}
+
+}  // namespace
+}  // namespace fencerun::test

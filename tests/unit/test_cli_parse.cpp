@@ -170,8 +170,8 @@ TEST(cli, parses_acl) {
 TEST(cli, version_with_a_server_keeps_its_url) {
   Options o = parse({"-r", "redis://127.0.0.1:7000", "--version"});
   EXPECT_EQ(o.subcommand, Subcommand::version);
-  EXPECT_EQ(o.redis_url, "redis://127.0.0.1:7000");
-  EXPECT_EQ(parse({"--version"}).redis_url, std::nullopt);
+  EXPECT_EQ(o.redis_urls, (std::vector<std::string>{"redis://127.0.0.1:7000"}));
+  EXPECT_TRUE(parse({"--version"}).redis_urls.empty());
 }
 
 TEST(cli, shows_help) {
