@@ -259,7 +259,8 @@ Options:
                            redis+sentinel://host:port[,host:port...]/MASTER;
                            a Redis Cluster node works as redis://
                            (default: $FENCERUN_REDIS_URL, $REDIS_URL,
-                           redis://127.0.0.1:6379)
+                           redis://127.0.0.1:6379); given 3, 5 or 7 times:
+                           quorum mode on that many independent servers
   -t, --ttl DUR            lease length (default: 30s)
       --renew DUR          renewal interval (default: ttl/3)
       --grace DUR          time between the kill signal and SIGKILL
