@@ -27,9 +27,12 @@
 //     owner-checked, and a restarted server has no lease of that owner.
 // So: a server that lost its data does not count towards a majority until a write-back repaired its
 // counter; with fewer than M servers reporting a counter, the acquisition is refused (unavailable)
-// rather than risk a token that goes backwards. The one exception: when every server that answered
-// (at least M) reports no counter, NAME is new or a majority lost its data; then the servers' clocks
-// are the only floor, as in single-server mode, and fencerun says so (warning no_counter).
+// rather than risk a token that goes backwards. The one exception: when all N servers answered and
+// none reports a counter, NAME is new (or more than N - M servers lost their data, which the lease's
+// assumption excludes too); then the servers' clocks are the only floor, as in single-server mode,
+// and fencerun says so (warning no_counter). When only some answered and none has a counter, that is
+// not enough: one server that lost its data and one that never had the counter look the same, so the
+// acquisition is refused until every server answers.
 // Assumption: a server either keeps its data or loses all of NAME's keys; a server restored from an
 // older snapshot (or a replica promoted after missing writes) reports a stale counter and is not
 // covered beyond the clock floor.
@@ -374,10 +377,23 @@ Attempt QuorumLease::token_for(const std::vector<Result<Claim>>& claims, Deadlin
                        "used for this lock); raise its counter above the last token issued, at least " +
                        std::to_string(max_counter) + ": fencerun -r URL bump " + m_request.lock + " --above TOKEN"};
   }
+  if (with_counter == 0 && answered < m_ops.size()) {
+    // No counter among a majority is not enough to call NAME new: one server that lost its data and
+    // one that never had the counter (down since NAME was first used) look the same, and the server
+    // that holds the last counter may be the one that did not answer. Only all N can tell.
+    undo();
+    std::string silent;
+    for (std::size_t i = 0; i < claims.size(); ++i)
+      if (!claims[i]) silent += (silent.empty() ? "" : ", ") + std::to_string(i + 1);
+    return Unavailable{"no server that answered knows the token counter and server " + silent +
+                       " did not answer: a new lock cannot be told from lost counters until every server answers "
+                       "(or raise the counters of the servers that answered: fencerun -r URL bump " + m_request.lock +
+                       " --above TOKEN)"};
+  }
   if (with_counter == 0)
     log::event(log::Level::warn, "no_counter",
                "no server of the quorum has a token counter for '" + m_request.lock +
-                   "' (a new lock, or a majority lost its data): the token rests on the servers' clocks alone",
+                   "' (a new lock: every server answered): the token rests on the servers' clocks alone",
                {{"lock", m_request.lock}, servers_field()});
   const std::uint64_t token = std::max(max_counter + 1, max_time);
   if (token >= k_token_limit) {

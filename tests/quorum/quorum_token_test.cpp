@@ -139,6 +139,26 @@ TEST_F(QuorumTokenTest, RefusesATokenWhileAMajorityLacksTheCounter) {
   EXPECT_GT(issue(quorum()), t1);
 }
 
+// No counter on the servers that answered, one server silent: NAME may be new, or the silent server
+// may be the one that holds the last counter while an answering one lost its data (and the other never
+// had it). The token is issued from the clocks alone only when every server answered.
+TEST_F(QuorumTokenTest, IssuesAClockOnlyTokenOnlyWhenEveryServerAnswered) {
+  server(1).stop();
+  RunResult r = run(quorum_sh("fresh", "echo ran > ran"));
+  EXPECT_EQ(r.exit_code, 69) << r;
+  EXPECT_FALSE(std::filesystem::exists(file("ran")));
+  EXPECT_NE(r.err.find("no server that answered knows the token counter and server 2 did not answer"), std::string::npos)
+      << r;
+  for (std::size_t i : {0u, 2u}) EXPECT_FALSE(server(i).exists(lock_key("fresh"))) << "released on server " << i;
+  server(1).start();
+  RunResult all = run(quorum_sh("fresh", "echo ran > ran"));
+  EXPECT_EQ(all.exit_code, 0) << all;
+  EXPECT_NE(all.err.find("no server of the quorum has a token counter"), std::string::npos) << "a new lock's first token rests on the clocks: " << all;
+  // The counters are written: the next run needs a majority only.
+  server(1).stop();
+  EXPECT_EQ(run(quorum_sh("fresh", "true")).exit_code, 0);
+}
+
 // A guard in front of a counter: each holder reads the counter and writes it + 1 through `fence
 // redis` on a resource server of its own (fenced read and write), while lock servers are restarted
 // empty with lagging clocks. Quorum mode: no holder is rejected as stale, no update is lost, and a
