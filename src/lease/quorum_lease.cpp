@@ -108,12 +108,16 @@ std::string first_failure(const std::vector<Result<T>>& replies, const std::vect
 // The quorum's requests, each a round on every server at once.
 class QuorumOps final : public Renewer {
  public:
-  QuorumOps(const QuorumTarget& target, LockKeys keys) : m_fanout(target.servers), m_urls(target.redacted_urls),
-                                                         m_keys(std::move(keys)) {}
+  QuorumOps(const QuorumTarget& target, LockKeys keys)
+      : m_fanout(target.servers), m_endpoints(target.servers), m_urls(target.redacted_urls), m_keys(std::move(keys)) {}
 
   std::size_t size() const { return m_fanout.size(); }
   std::size_t majority() const { return majority_of(size()); }
   const std::vector<std::string>& urls() const { return m_urls; }
+  const std::vector<redis::RedisEndpoint>& endpoints() const { return m_endpoints; }
+  // Every release publishes here on every server; waiters listen on one of them. (No queue in quorum
+  // mode, so no waiter's own channel; "released" is no owner id, which is hex.)
+  std::string released_channel() const { return m_keys.wake + "released"; }
 
   // Round 1. Ends early once it is decided: M servers set the lock and M report a counter (the rest
   // cannot change the token's guarantee, only raise it, and round 2 raises them anyway).
@@ -196,8 +200,11 @@ class QuorumOps final : public Renewer {
   ReleaseTally release(const std::string& owner, Deadline until) {
     const std::size_t m = majority();
     auto replies = m_fanout.round<bool>(
-        [keys = m_keys, owner, until](Client& client, std::size_t) {
-          return release_holder(client, keys, 1, owner, until);
+        [keys = m_keys, owner, until, channel = released_channel()](Client& client, std::size_t) {
+          auto deleted = release_holder(client, keys, 1, owner, until);
+          // Wake the waiters listening on this server (best effort: they also poll).
+          if (deleted && *deleted) [[maybe_unused]] auto woken = client.command({"PUBLISH", channel, "released"}, until);
+          return deleted;
         },
         until, [m](const Fanout::Replies<bool>& r) { return count_if_ok<bool>(r, [](bool b) { return b; }) >= m; });
     ReleaseTally out;
@@ -208,6 +215,7 @@ class QuorumOps final : public Renewer {
 
  private:
   Fanout m_fanout;
+  std::vector<redis::RedisEndpoint> m_endpoints;
   std::vector<std::string> m_urls;
   LockKeys m_keys;
 };
@@ -290,6 +298,9 @@ class QuorumLease final : public Lease {
 
  private:
   Attempt attempt();
+  // Listens for releases on the first server, from `first` on, that takes the subscription; nullopt
+  // when none does (then the waiter only polls).
+  std::optional<redis::Client> subscribe(std::size_t first);
   // Round 2 for a lock held on a majority since `sent`.
   Attempt token_for(const std::vector<Result<Claim>>& claims, Deadline sent);
   // Undoes a failed attempt on every server (owner-checked). Kept short: an unresponsive server will
@@ -420,6 +431,20 @@ Attempt QuorumLease::token_for(const std::vector<Result<Claim>>& claims, Deadlin
   return acquired;
 }
 
+std::optional<redis::Client> QuorumLease::subscribe(std::size_t first) {
+  const std::size_t n = m_ops.size();
+  // A server that does not answer may take only its share of one request's time.
+  const auto share = std::max<milliseconds>(m_request.request_timeout / static_cast<long>(n), milliseconds(50));
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::size_t i = (first + k) % n;
+    std::optional<redis::Client> subscriber(std::in_place, m_ops.endpoints()[i]);
+    if (subscriber->subscribe(m_ops.released_channel(), BootClock::now() + share)) return subscriber;
+  }
+  log::event(log::Level::debug, "subscribe_failed", "cannot subscribe to releases on any server, polling instead",
+             {{"lock", m_request.lock}});
+  return std::nullopt;
+}
+
 std::expected<std::unique_ptr<HeldLease>, NotAcquired> QuorumLease::acquire(Waiter& waiter, milliseconds& waited) {
   const Deadline began = BootClock::now();
   std::optional<Deadline> wait_until;
@@ -431,6 +456,8 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> QuorumLease::acquire(Wait
   };
   int failures = 0;
   bool told_waiting = false;
+  std::optional<redis::Client> subscriber;
+  std::size_t subscriptions = 0;  // made so far: a broken one is made again on the next server
   for (int round = 0;; ++round) {
     Attempt result = attempt();
     if (auto* got = std::get_if<Acquired>(&result)) {
@@ -475,6 +502,10 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> QuorumLease::acquire(Wait
         told_waiting = true;
         log::event(log::Level::info, "waiting", "lock is busy, waiting", {{"lock", m_request.lock}});
       }
+      if (!subscriber && subscriptions < 2 * m_ops.size()) {
+        subscriber = subscribe(subscriptions++);
+        if (subscriber) continue;  // try again now, listening: a release may have come before the subscription
+      }
       failures = 0;
       // No wait queue in quorum mode: poll, backing off from 10ms to 500ms with jitter, never past the
       // end of the holder's lease (it may have died without releasing).
@@ -484,7 +515,11 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> QuorumLease::acquire(Wait
     Deadline wake = now + pause;
     if (wait_until) wake = std::min(wake, *wait_until);
     bool woken = false;
-    if (auto sig = waiter.sleep_until(wake, -1, woken)) return refuse(NotAcquired::Reason::interrupted, *sig);
+    if (subscriber && subscriber->has_buffered_messages()) continue;
+    if (auto sig = waiter.sleep_until(wake, subscriber ? subscriber->wake_fd() : -1, woken))
+      return refuse(NotAcquired::Reason::interrupted, *sig);
+    // A release anywhere, or a broken subscription (closed by a server going down): try again at once.
+    if (woken && subscriber && !subscriber->drain_messages()) subscriber.reset();
   }
 }
 

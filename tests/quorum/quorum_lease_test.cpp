@@ -261,3 +261,60 @@ TEST_F(QuorumTest, VersionNamesEveryServer) {
 
 }  // namespace
 }  // namespace fencerun::test
+
+namespace fencerun::test {
+namespace {
+
+long long publishes(RedisServer& s) {
+  auto info = s.cmd({"INFO", "commandstats"}).str;
+  auto at = info.find("cmdstat_publish:calls=");
+  return at == std::string::npos ? 0 : parse_ll(info.substr(at + 22, info.find(',', at) - at - 22)).value_or(0);
+}
+
+long long listeners(RedisServer& s) {
+  auto r = s.cmd({"PUBSUB", "NUMSUB", "fencerun:{woken}:wake:released"});
+  return r.elements.size() == 2 ? r.elements[1].integer : 0;
+}
+
+// A release publishes on every server; a waiter listens on one of them, and when that server goes
+// down while it waits, it still gets the lock after the release (on another server, or by polling).
+TEST_F(QuorumTest, ReleasePublishesOnEveryServerAndWaitersListen) {
+  auto holder = start(quorum_sh("woken", kHoldUntilGo, {"--ttl", "30s"}));
+  wait_pid("pid");
+  auto waiter = start(quorum_sh("woken", "echo ran > ran", {"--wait", "60s"}));
+  std::size_t listening = k_servers;
+  ASSERT_TRUE(wait_until([&] {
+    for (std::size_t i = 0; i < k_servers; ++i)
+      if (listeners(server(i)) == 1) listening = i;
+    return listening < k_servers;
+  }, 10s)) << "the waiter listens on no server";
+  std::vector<long long> before;
+  for (std::size_t i = 0; i < k_servers; ++i) before.push_back(publishes(server(i)));
+  touch("go");
+  ASSERT_EQ(holder->wait_for_exit(10s), 0) << holder->result();
+  EXPECT_EQ(waiter->wait_for_exit(10s), 0) << waiter->result();
+  EXPECT_EQ(read_file(file("ran")), "ran\n");
+  for (std::size_t i = 0; i < k_servers; ++i)
+    EXPECT_EQ(publishes(server(i)) - before[i], 2) << "the holder's and the waiter's releases, on server " << i;
+
+  // The server the next waiter listens on goes down while it waits.
+  std::filesystem::remove(file("go"));
+  std::filesystem::remove(file("ran"));
+  auto holder2 = start(quorum_sh("woken", kHoldUntilGo, {"--ttl", "30s"}));
+  ASSERT_TRUE(wait_until([&] { return std::filesystem::exists(file("token")) && holding("woken") == 3; }, 10s));
+  auto waiter2 = start(quorum_sh("woken", "echo ran > ran", {"--wait", "60s"}));
+  listening = k_servers;
+  ASSERT_TRUE(wait_until([&] {
+    for (std::size_t i = 0; i < k_servers; ++i)
+      if (listeners(server(i)) == 1) listening = i;
+    return listening < k_servers;
+  }, 10s));
+  server(listening).stop();
+  touch("go");
+  ASSERT_EQ(holder2->wait_for_exit(10s), 0) << holder2->result();
+  EXPECT_EQ(waiter2->wait_for_exit(10s), 0) << waiter2->result();
+  EXPECT_EQ(read_file(file("ran")), "ran\n");
+}
+
+}  // namespace
+}  // namespace fencerun::test
