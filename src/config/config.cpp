@@ -181,7 +181,13 @@ CommonConfig make_common_config(const Options& o, const GetEnv& getenv) {
     check_quorum(c.servers);
     url = o.redis_urls.front();
   }
-  if (url.empty()) url = getenv("FENCERUN_REDIS_URL").value_or(""), c.url_source = "$FENCERUN_REDIS_URL";
+  if (url.empty()) {
+    url = getenv("FENCERUN_REDIS_URL").value_or(""), c.url_source = "$FENCERUN_REDIS_URL";
+    // A quorum-mode run gives its command every server's URL, separated by spaces.
+    if (url.find(' ') != std::string::npos)
+      throw UsageError("$FENCERUN_REDIS_URL names several servers (set by a quorum-mode fencerun); give the server "
+                       "to use with -r URL");
+  }
   if (url.empty()) url = getenv("REDIS_URL").value_or(""), c.url_source = "$REDIS_URL";
   if (url.empty()) url = "redis://127.0.0.1:6379", c.url_source = "the default";
   c.endpoint = endpoint_option(url, o, getenv);

@@ -133,6 +133,16 @@ TEST(make_config, prefers_fencerun_redis_url_to_redis_url) {
   EXPECT_EQ(c.common.endpoint.db, 2);
 }
 
+TEST(make_config, refuses_the_server_list_a_quorum_mode_run_gives_its_command) {
+  const Env env = {{"FENCERUN_REDIS_URL", "redis://a:6379 redis://b:6379 redis://c:6379"}};
+  EXPECT_EQ(usage_error(run_options(), env),
+            "$FENCERUN_REDIS_URL names several servers (set by a quorum-mode fencerun); give the server to use with "
+            "-r URL");
+  Options o = run_options();
+  o.redis_urls = {"redis://resource:6379"};
+  EXPECT_EQ(configure(o, env).common.endpoint.host, "resource");
+}
+
 TEST(make_config, falls_back_to_redis_url) {
   Config c = configure(run_options(), {{"REDIS_URL", "unix:///run/redis.sock?db=3"}});
   EXPECT_EQ(c.common.endpoint.transport, Transport::unix_socket);
