@@ -84,16 +84,17 @@ const ServerUnderTest& server_under_test() {
   return std::get<ServerUnderTest>(found);
 }
 
+std::string hello_field(const Reply& hello, std::string_view key) {
+  for (size_t i = 0; i + 1 < hello.elements.size(); i += 2)
+    if (hello.elements[i].str == key) return hello.elements[i + 1].str;
+  return "";
+}
+
 ::testing::AssertionResult is_server_under_test(const Reply& hello) {
   const ServerUnderTest& s = server_under_test();
   if (hello.type != Reply::Type::Array) return ::testing::AssertionFailure() << "HELLO: " << hello.describe();
-  auto field = [&](std::string_view key) {
-    for (size_t i = 0; i + 1 < hello.elements.size(); i += 2)
-      if (hello.elements[i].str == key) return hello.elements[i + 1].str;
-    return std::string("(none)");
-  };
-  const std::string name = field("server");
-  const std::string version = field("version");
+  const std::string name = hello_field(hello, "server");
+  const std::string version = hello_field(hello, "version");
   if (name != s.name || version != s.version)
     return ::testing::AssertionFailure() << "HELLO says " << name << " " << version << "; " << s.server
                                          << " --version said " << s.name << " " << s.version;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <string_view>
 
 #include "support/redis_server.hpp"
 
@@ -24,6 +25,10 @@ struct ServerUnderTest {
 // ("valkey-9 not prepared: run tests/servers/prepare") or that the registry names as missing (with
 // the reason tests/servers/prepare gave).
 const ServerUnderTest& server_under_test();
+
+// A field of a HELLO 2 reply (flat [key, value, ...] array): "server", "version", "mode"; empty
+// when absent.
+std::string hello_field(const Reply& hello, std::string_view key);
 
 // Whether a HELLO reply (of a server or a sentinel) comes from the server under test: its `server`
 // and `version` fields are the ones the program reports with --version, and a matrix id names that
