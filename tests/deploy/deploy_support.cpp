@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "support/server_under_test.hpp"
+
 #ifndef REDIS_CLI_EXECUTABLE
 #define REDIS_CLI_EXECUTABLE ""
 #endif
@@ -277,7 +279,7 @@ SentinelProcess::SentinelProcess(const std::string& master_name, int master_port
                          std::to_string(master_port) + " " + std::to_string(quorum) + "\n"
                          "sentinel down-after-milliseconds " + master_name + " 1000\n"
                          "sentinel failover-timeout " + master_name + " 3000\n");
-    if (start_and_wait(proc_, {redis_server_program(), conf.string(), "--sentinel"}, tcp(port_),
+    if (start_and_wait(proc_, {server_under_test().sentinel, conf.string(), "--sentinel"}, tcp(port_),
                        &why))
       return;
   }

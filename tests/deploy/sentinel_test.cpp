@@ -7,6 +7,7 @@
 
 #include "deploy_support.hpp"
 #include "support/json.hpp"
+#include "support/server_under_test.hpp"
 
 namespace fencerun::test::deploy {
 namespace {
@@ -76,6 +77,18 @@ class SentinelTest : public DeployTest {
   std::unique_ptr<SentinelTopology> topo_;
   std::string lock_value_;
 };
+
+// The server matrix runs these tests once per server: the master, the replica and the sentinels
+// must be that server, not the default one.
+TEST_F(SentinelTest, ServersAndSentinelsAreTheServerUnderTest) {
+  EXPECT_TRUE(is_server_under_test(topo_->master().cmd({"HELLO", "2"})));
+  EXPECT_TRUE(is_server_under_test(topo_->replica().cmd({"HELLO", "2"})));
+  for (int i = 0; i < 3; ++i) {
+    const Reply hello = topo_->sentinel(i).cmd({"HELLO", "2"});
+    EXPECT_TRUE(is_server_under_test(hello));
+    EXPECT_EQ(hello_field(hello, "mode"), "sentinel") << hello.describe();
+  }
+}
 
 TEST_F(SentinelTest, RunAndStatusThroughSentinels) {
   RunResult r = run(sh_args(topo_->url(), "job", "echo \"$FENCERUN_TOKEN\" > token"));

@@ -12,6 +12,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "support/server_under_test.hpp"
+
 // The path CMake found, or empty: then PATH is searched when the tests run.
 #ifndef REDIS_SERVER_EXECUTABLE
 #define REDIS_SERVER_EXECUTABLE ""
@@ -42,11 +44,7 @@ const std::optional<std::string>& find_redis_server() {
   return found;
 }
 
-const std::string& redis_server_program() {
-  const auto& found = find_redis_server();
-  if (!found) skip_current_test("redis-server not found: install redis-server");
-  return *found;
-}
+const std::string& redis_server_program() { return server_under_test().server; }
 
 void skip_current_test(const std::string& why) {
   [&] { GTEST_SKIP() << why; }();

@@ -22,9 +22,11 @@ namespace fencerun::test {
 // The redis-server the tests start: the one CMake found at configure time, else the first
 // redis-server on PATH when the test runs; nullopt when there is none.
 const std::optional<std::string>& find_redis_server();
-// That program. Without one, the running test is skipped ("redis-server not found: install
-// redis-server"): every server a test starts asks for it, so a test that needs one skips and a test
-// that does not runs. Works from a fixture's constructor, SetUp or the test body, at any depth.
+// The program of the server under test (support/server_under_test.hpp): that one by default, the
+// server matrix's one when FENCERUN_TEST_SERVER_ID is set. Without one, the running test is skipped
+// ("redis-server not found: install redis-server"): every server a test starts asks for it, so a
+// test that needs one skips and a test that does not runs. Works from a fixture's constructor,
+// SetUp or the test body, at any depth.
 const std::string& redis_server_program();
 // Skips the running test with `why` from any depth (GTEST_SKIP only returns from the function it is
 // in): records the skip, then throws the exception GoogleTest takes as "already reported".
