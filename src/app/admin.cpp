@@ -6,13 +6,19 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <expected>
+#include <functional>
 #include <map>
+#include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "app/app.hpp"
+#include "app/lock_view.hpp"
 #include "lease/lease_client.hpp"
+#include "lease/quorum_lease.hpp"
 #include "log/log.hpp"
 #include "redis/client.hpp"
 #include "supervisor/exit_status.hpp"
@@ -125,29 +131,18 @@ std::string owner8(const lease::Holder& h) { return h.owner.substr(0, 8); }
 
 std::string holder_text(const lease::SlotHolder& s) {
   const auto& h = s.holder;
-  return (h.pid ? "pid " + std::to_string(*h.pid) : std::string("unknown pid")) + " on " +
-         (h.host.empty() ? "unknown host" : h.host) + " (owner " + owner8(h) + "), token " +
-         (h.token ? std::to_string(*h.token) : std::string("unknown")) + ", ttl " +
+  return who(h) + ", token " + (h.token ? std::to_string(*h.token) : std::string("unknown")) + ", ttl " +
          (s.remaining ? std::to_string(s.remaining->count()) + "ms" : std::string("none"));
 }
 
-template <class T>
-std::string number_or_null(const std::optional<T>& n) {
-  return n ? std::to_string(*n) : std::string("null");
-}
-
-std::string list_json(const std::string& name, const lease::LockStatus& s) {
+// A listed lock's JSON members, without the closing brace (quorum mode adds its own).
+std::string list_json_fields(const std::string& name, const lease::LockStatus& s) {
   std::string out = "{\"lock\":\"" + log::json_escape(name) + "\",\"held\":" + (s.holders.empty() ? "false" : "true") +
                     ",\"limit\":" + std::to_string(s.limit) + ",\"holders\":[";
-  for (std::size_t i = 0; i < s.holders.size(); ++i) {
-    const auto& h = s.holders[i];
-    out += std::string(i ? "," : "") + "{\"slot\":" + std::to_string(h.slot) + ",\"owner\":\"" +
-           log::json_escape(owner8(h.holder)) + "\",\"host\":" +
-           (h.holder.host.empty() ? std::string("null") : "\"" + log::json_escape(h.holder.host) + "\"") +
-           ",\"pid\":" + number_or_null(h.holder.pid) + ",\"token\":" + number_or_null(h.holder.token) +
-           ",\"ttl_ms\":" + number_or_null(h.remaining ? std::optional(h.remaining->count()) : std::nullopt) + "}";
-  }
-  return out + "],\"waiters\":" + std::to_string(s.waiters) + ",\"last_token\":" + number_or_null(s.last_token) + "}";
+  for (std::size_t i = 0; i < s.holders.size(); ++i)
+    out += std::string(i ? "," : "") + "{\"slot\":" + std::to_string(s.holders[i].slot) + "," +
+           holder_json(s.holders[i]) + "}";
+  return out + "],\"waiters\":" + std::to_string(s.waiters) + ",\"last_token\":" + number_or_null(s.last_token);
 }
 
 std::string list_text(const std::string& name, const lease::LockStatus& s) {
@@ -159,6 +154,176 @@ std::string list_text(const std::string& name, const lease::LockStatus& s) {
                     tail + "\n";
   for (const auto& h : s.holders) out += "  slot " + std::to_string(h.slot) + ": " + holder_text(h) + "\n";
   return out;
+}
+
+// What one server's walk found: each matching lock's status, by name (sorted).
+using Listing = std::map<std::string, lease::LockStatus>;
+struct ListFailure {
+  redis::Error error;
+  std::string lock;  // the lock being read when it failed; empty during the walk
+};
+using Walks = std::vector<std::expected<Listing, ListFailure>>;  // by server
+using ProgressReport = std::function<void(std::size_t keys, std::size_t locks)>;
+
+// Walks one server with SCAN, on every master when it is a Cluster, and reads each lock found.
+std::expected<Listing, ListFailure> walk(const redis::RedisEndpoint& endpoint, const config::Config& c,
+                                         const ProgressReport& report) {
+  redis::Client seed(endpoint);
+  const Deadline first = BootClock::now() + c.common.timeout;
+  auto masters = cluster_masters(seed, first);
+  if (!masters) return std::unexpected(ListFailure{masters.error(), {}});
+  // One client per master of a Cluster; the server itself otherwise.
+  std::vector<redis::Client> nodes;
+  if (masters->empty()) {
+    nodes.push_back(std::move(seed));
+  } else {
+    for (const auto& m : *masters) {
+      redis::RedisEndpoint e = endpoint;
+      e.host = m.host;
+      e.port = m.port;
+      nodes.emplace_back(std::move(e));
+    }
+  }
+  const std::string match = glob_escape(c.common.key_prefix) + "{" + c.list_pattern + "}:*";
+  std::size_t scanned = 0;
+  // name -> the node its keys live on (every key of a name shares one hash slot)
+  std::map<std::string, std::size_t> names;
+  for (std::size_t n = 0; n < nodes.size(); ++n) {
+    std::string cursor = "0";
+    do {
+      auto reply = nodes[n].command({"SCAN", cursor, "MATCH", match, "COUNT", "1000"}, BootClock::now() + c.common.timeout);
+      if (!reply) return std::unexpected(ListFailure{reply.error(), {}});
+      if (reply->is_error() || !reply->is_array() || reply->elements.size() != 2 || !reply->elements[0].is_string())
+        return std::unexpected(ListFailure{
+            redis::Error{redis::Error::Kind::protocol,
+                         "SCAN failed: " + (reply->is_error() ? reply->str : std::string("bad reply"))},
+            {}});
+      cursor = reply->elements[0].str;
+      for (const auto& k : reply->elements[1].elements) {
+        ++scanned;
+        if (std::string name = name_of(k.str, c.common.key_prefix); !name.empty()) names.emplace(std::move(name), n);
+      }
+      report(scanned, names.size());
+    } while (cursor != "0");
+  }
+  Listing found;
+  for (const auto& [name, n] : names) {
+    auto s = lease::lock_status(nodes[n], lease::keys_for(c.common.key_prefix, name), BootClock::now() + c.common.timeout);
+    if (!s) return std::unexpected(ListFailure{s.error(), name});
+    found.emplace(name, std::move(*s));
+    if (found.size() % 256 == 0) report(scanned, names.size());
+  }
+  return found;
+}
+
+// The listing: one JSON array of `entries`, or their lines.
+std::string joined(const std::vector<std::string>& entries, bool json) {
+  std::string out = json ? "[" : "";
+  for (std::size_t i = 0; i < entries.size(); ++i) out += (json && i ? "," : "") + entries[i];
+  return json ? out + "]\n" : out;
+}
+
+// Quorum mode: every server's walk at once (one thread each: a walk is many round trips, and a server
+// that does not answer costs --timeout once, not once per server).
+Walks walk_all(const config::Config& c) {
+  const std::size_t n = c.common.servers.size();
+  Walks walks(n);
+  Progress progress;
+  std::mutex mutex;
+  std::vector<std::pair<std::size_t, std::size_t>> counts(n);  // keys, locks by server
+  {
+    std::vector<std::jthread> threads;
+    for (std::size_t i = 0; i < n; ++i)
+      threads.emplace_back([&, i] {
+        walks[i] = walk(c.common.servers[i], c, [&, i](std::size_t keys, std::size_t locks) {
+          std::lock_guard lock(mutex);
+          counts[i] = {keys, locks};
+          std::size_t all_keys = 0, most_locks = 0;  // each server has (nearly) the same locks
+          for (const auto& [k, l] : counts) all_keys += k, most_locks = std::max(most_locks, l);
+          progress.update(all_keys, most_locks);
+        });
+      });
+  }
+  return walks;
+}
+
+// The servers' views of `name`: its status on each that answered (free where it has no keys).
+std::vector<redis::Result<lease::LockStatus>> views_of(const std::string& name, const Walks& walks) {
+  std::vector<redis::Result<lease::LockStatus>> out;
+  for (const auto& w : walks) {
+    if (!w) {
+      out.push_back(std::unexpected(w.error().error));
+      continue;
+    }
+    const auto it = w->find(name);
+    out.push_back(it == w->end() ? lease::LockStatus{} : it->second);
+  }
+  return out;
+}
+
+// One line for the majority view, and when the servers disagree one more line per server.
+std::string quorum_list_text(const std::string& name, const QuorumView& v, const std::vector<std::string>& urls) {
+  const std::string of = " of " + std::to_string(v.servers.size()) + " servers";
+  std::string out = name + ": ";
+  if (v.holder) out += "held by " + holder_text(*v.holder) + ", on " + std::to_string(v.holder_servers) + of;
+  else if (v.answered < v.majority) out += "unknown: " + std::to_string(v.answered) + of + " answered";
+  else if (v.holder_servers > 0)
+    out += "not held by a majority (held on " + std::to_string(v.holder_servers) + of + ")";
+  else out += "free on " + std::to_string(v.free_servers) + of;
+  out += ", last token " + (v.last_token ? std::to_string(*v.last_token) : std::string("none"));
+  if (!v.disagree) return out + "\n";
+  out += ", the servers disagree:\n";
+  for (std::size_t i = 0; i < v.servers.size(); ++i)
+    out += "  server " + std::to_string(i + 1) + " " + urls[i] + ": " + server_text(v.servers[i]) + "\n";
+  return out;
+}
+
+// list's JSON element for the majority view (limit 1, no queue in quorum mode) and each server's view.
+std::string quorum_list_json(const std::string& name, const QuorumView& v, const std::vector<std::string>& urls) {
+  lease::LockStatus majority;
+  if (v.holder) majority.holders.push_back(*v.holder);
+  majority.last_token = v.last_token;
+  return list_json_fields(name, majority) + ",\"held_on\":" + std::to_string(v.holder_servers) +
+         ",\"majority\":" + std::to_string(v.majority) + ",\"answered\":" + std::to_string(v.answered) +
+         ",\"agree\":" + (v.disagree ? "false" : "true") + ",\"servers\":" + servers_json(v, urls) + "}";
+}
+
+int quorum_list(const config::Config& c) {
+  const auto walks = walk_all(c);
+  const auto& urls = c.common.server_urls;
+  std::size_t answered = 0;
+  std::set<std::string> names;
+  for (const auto& w : walks)
+    if (w) {
+      ++answered;
+      for (const auto& entry : *w) names.insert(entry.first);
+    }
+  const std::size_t majority = lease::majority_of(walks.size());
+  // Each server that could not be listed, named; what the others say is listed all the same.
+  const auto level = answered < majority ? log::Level::error : log::Level::warn;
+  for (std::size_t i = 0; i < walks.size(); ++i) {
+    if (walks[i]) continue;
+    const std::string message = "cannot use Redis at " + urls[i] + ": " + walks[i].error().error.message;
+    if (walks[i].error().lock.empty()) log::event(level, "redis_unavailable", message);
+    else log::event(level, "redis_unavailable", message, {{"lock", walks[i].error().lock}});
+  }
+  bool any_held = false;
+  std::vector<std::string> entries;
+  for (const auto& name : names) {
+    const auto v = quorum_view(views_of(name, walks));
+    any_held = any_held || v.holder;
+    // A lock some server holds is listed even without a majority: that is the disagreement to see.
+    if (!v.holder && v.holder_servers == 0 && !(c.list_all && v.last_token)) continue;
+    entries.push_back(c.json ? quorum_list_json(name, v, urls) : quorum_list_text(name, v, urls));
+  }
+  print(joined(entries, c.json));
+  if (answered < majority) {
+    log::event(log::Level::error, "redis_unavailable",
+               "only " + std::to_string(answered) + " of " + std::to_string(walks.size()) +
+                   " servers answered: no majority view");
+    return exit_code::k_unavailable;
+  }
+  return any_held ? 0 : exit_code::k_status_free;
 }
 
 // Asks on the terminal whether to go on; false unless the answer starts with y.
@@ -173,64 +338,20 @@ bool confirmed(const std::string& question) {
 }  // namespace
 
 int list(const config::Config& c) {
-  redis::Client seed(c.common.endpoint);
-  const Deadline first = BootClock::now() + c.common.timeout;
-  auto masters = cluster_masters(seed, first);
-  if (!masters) return unavailable(c, masters.error());
-  // One client per master of a Cluster; the server itself otherwise.
-  std::vector<redis::Client> nodes;
-  if (masters->empty()) {
-    nodes.push_back(std::move(seed));
-  } else {
-    for (const auto& m : *masters) {
-      redis::RedisEndpoint e = c.common.endpoint;
-      e.host = m.host;
-      e.port = m.port;
-      nodes.emplace_back(std::move(e));
-    }
-  }
-  const std::string match = glob_escape(c.common.key_prefix) + "{" + c.list_pattern + "}:*";
+  if (!c.common.servers.empty()) return quorum_list(c);
   Progress progress;
-  std::size_t scanned = 0;
-  // name -> the node its keys live on (every key of a name shares one hash slot)
-  std::map<std::string, std::size_t> names;
-  for (std::size_t n = 0; n < nodes.size(); ++n) {
-    std::string cursor = "0";
-    do {
-      auto reply = nodes[n].command({"SCAN", cursor, "MATCH", match, "COUNT", "1000"}, BootClock::now() + c.common.timeout);
-      if (!reply) return unavailable(c, reply.error());
-      if (reply->is_error() || !reply->is_array() || reply->elements.size() != 2 || !reply->elements[0].is_string())
-        return unavailable(c, redis::Error{redis::Error::Kind::protocol,
-                                           "SCAN failed: " + (reply->is_error() ? reply->str : std::string("bad reply"))});
-      cursor = reply->elements[0].str;
-      for (const auto& k : reply->elements[1].elements) {
-        ++scanned;
-        if (std::string name = name_of(k.str, c.common.key_prefix); !name.empty()) names.emplace(std::move(name), n);
-      }
-      progress.update(scanned, names.size());
-    } while (cursor != "0");
-  }
+  auto found = walk(c.common.endpoint, c, [&](std::size_t keys, std::size_t locks) { progress.update(keys, locks); });
+  if (!found) return unavailable(c, found.error().error, found.error().lock);
   bool any_held = false;
-  std::string out = c.json ? "[" : "";
-  bool first_entry = true;
-  std::size_t done = 0;
-  for (const auto& [name, n] : names) {
-    auto s = lease::lock_status(nodes[n], lease::keys_for(c.common.key_prefix, name), BootClock::now() + c.common.timeout);
-    if (!s) return unavailable(c, s.error(), name);
-    if (++done % 256 == 0) progress.update(scanned, names.size());
-    const bool held = !s->holders.empty();
+  std::vector<std::string> entries;
+  for (const auto& [name, s] : *found) {
+    const bool held = !s.holders.empty();
     any_held = any_held || held;
-    if (!held && !(c.list_all && s->last_token)) continue;
-    if (c.json) {
-      out += (first_entry ? "" : ",") + list_json(name, *s);
-    } else {
-      out += list_text(name, *s);
-    }
-    first_entry = false;
+    if (!held && !(c.list_all && s.last_token)) continue;
+    entries.push_back(c.json ? list_json_fields(name, s) + "}" : list_text(name, s));
   }
-  if (c.json) out += "]\n";
   progress.finish();
-  print(out);
+  print(joined(entries, c.json));
   return any_held ? 0 : exit_code::k_status_free;
 }
 

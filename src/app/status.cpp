@@ -1,6 +1,7 @@
 #include <cstdio>
 
 #include "app/app.hpp"
+#include "app/lock_view.hpp"
 #include "lease/fanout.hpp"
 #include "lease/lease_client.hpp"
 #include "lease/quorum_lease.hpp"
@@ -10,21 +11,6 @@
 
 namespace fencerun::app {
 namespace {
-
-std::string or_null(const std::optional<std::string>& s) { return s ? *s : std::string("null"); }
-template <class T>
-std::string number_or_null(const std::optional<T>& n) {
-  return n ? std::to_string(*n) : std::string("null");
-}
-
-// One holder's fields as JSON members (without braces).
-std::string holder_json(const lease::SlotHolder& s) {
-  const auto& h = s.holder;
-  return "\"owner\":\"" + log::json_escape(h.owner.substr(0, 8)) + "\"" +
-         ",\"host\":" + or_null(h.host.empty() ? std::nullopt : std::optional("\"" + log::json_escape(h.host) + "\"")) +
-         ",\"pid\":" + number_or_null(h.pid) + ",\"token\":" + number_or_null(h.token) +
-         ",\"ttl_ms\":" + number_or_null(s.remaining ? std::optional(s.remaining->count()) : std::nullopt);
-}
 
 std::string json(const std::string& lock, const lease::LockStatus& s) {
   std::string out = "{\"lock\":\"" + log::json_escape(lock) + "\",\"held\":" + (s.holders.empty() ? "false" : "true");
@@ -37,15 +23,6 @@ std::string json(const std::string& lock, const lease::LockStatus& s) {
   out += "],\"waiters\":" + std::to_string(s.waiters) + ",\"last_token\":" + number_or_null(s.last_token) + "}\n";
   return out;
 }
-
-std::string who(const lease::Holder& h) {
-  return (h.pid ? "pid " + std::to_string(*h.pid) : std::string("unknown pid")) + " on " +
-         (h.host.empty() ? "unknown host" : h.host) + " (owner " + h.owner.substr(0, 8) + ")";
-}
-std::string ttl_text(const lease::SlotHolder& s) {
-  return s.remaining ? std::to_string(s.remaining->count()) + "ms remaining" : std::string("no expiry");
-}
-std::string token_text(const lease::Holder& h) { return h.token ? std::to_string(*h.token) : std::string("unknown"); }
 
 std::string text(const std::string& lock, const lease::LockStatus& s) {
   std::string out;
@@ -66,43 +43,6 @@ std::string text(const std::string& lock, const lease::LockStatus& s) {
   return out + waiters + last;
 }
 
-// Quorum mode: what each server says, and what a majority says. A server list that differs between
-// clients shows here as servers that disagree.
-struct QuorumView {
-  std::vector<redis::Result<lease::LockStatus>> servers;
-  std::size_t majority = 0;
-  std::size_t answered = 0;
-  std::optional<lease::SlotHolder> holder;  // the owner on a majority, with the shortest ttl among them
-  std::size_t holder_servers = 0;
-  std::size_t free_servers = 0;
-  std::optional<std::uint64_t> last_token;  // the greatest counter
-  bool disagree = false;
-};
-
-QuorumView quorum_view(std::vector<redis::Result<lease::LockStatus>> replies) {
-  QuorumView v;
-  v.servers = std::move(replies);
-  v.majority = lease::majority_of(v.servers.size());
-  std::vector<std::string> owners;  // by answering server; "" when free
-  for (const auto& s : v.servers) {
-    if (!s) continue;
-    ++v.answered;
-    if (s->last_token) v.last_token = std::max(v.last_token.value_or(0), *s->last_token);
-    owners.push_back(s->holders.empty() ? std::string() : s->holders.front().holder.owner);
-    v.free_servers += s->holders.empty();
-  }
-  v.disagree = std::ranges::any_of(owners, [&](const std::string& o) { return o != owners.front(); });
-  for (const auto& s : v.servers) {
-    if (!s || s->holders.empty()) continue;
-    const auto& h = s->holders.front();
-    const auto n = static_cast<std::size_t>(std::ranges::count(owners, h.holder.owner));
-    if (n < v.majority) continue;
-    v.holder_servers = n;
-    if (!v.holder || h.remaining < v.holder->remaining) v.holder = h;
-  }
-  return v;
-}
-
 std::string quorum_text(const std::string& lock, const QuorumView& v, const std::vector<std::string>& urls) {
   const std::string of = " of " + std::to_string(v.servers.size()) + " servers (a majority is " +
                          std::to_string(v.majority) + ")";
@@ -117,19 +57,8 @@ std::string quorum_text(const std::string& lock, const QuorumView& v, const std:
   else
     out = lock + ": free: held by no owner on a majority" + of + "\n";
   out += "last token: " + (v.last_token ? std::to_string(*v.last_token) : std::string("none")) + "\n";
-  for (std::size_t i = 0; i < v.servers.size(); ++i) {
-    out += "server " + std::to_string(i + 1) + " " + urls[i] + ": ";
-    const auto& s = v.servers[i];
-    if (!s) {
-      out += "unavailable: " + s.error().message + "\n";
-      continue;
-    }
-    if (s->holders.empty()) out += "free";
-    else
-      out += "held by " + who(s->holders.front().holder) + ", token " + token_text(s->holders.front().holder) +
-             ", ttl " + ttl_text(s->holders.front());
-    out += ", counter " + (s->last_token ? std::to_string(*s->last_token) : std::string("none")) + "\n";
-  }
+  for (std::size_t i = 0; i < v.servers.size(); ++i)
+    out += "server " + std::to_string(i + 1) + " " + urls[i] + ": " + server_text(v.servers[i]) + "\n";
   if (v.disagree)
     out += "the servers disagree: a server restarted or was unreachable, a lease is being taken or expiring, or "
            "clients of this lock use different server lists\n";
@@ -141,19 +70,8 @@ std::string quorum_json(const std::string& lock, const QuorumView& v, const std:
   if (v.holder) out += "," + holder_json(*v.holder) + ",\"held_on\":" + std::to_string(v.holder_servers);
   out += ",\"majority\":" + std::to_string(v.majority) + ",\"answered\":" + std::to_string(v.answered) +
          ",\"agree\":" + (v.disagree ? "false" : "true") + ",\"last_token\":" + number_or_null(v.last_token) +
-         ",\"servers\":[";
-  for (std::size_t i = 0; i < v.servers.size(); ++i) {
-    const auto& s = v.servers[i];
-    out += std::string(i ? "," : "") + "{\"url\":\"" + log::json_escape(urls[i]) + "\",\"available\":" +
-           (s ? "true" : "false");
-    if (!s) out += ",\"error\":\"" + log::json_escape(s.error().message) + "\"}";
-    else {
-      out += ",\"held\":" + std::string(s->holders.empty() ? "false" : "true");
-      if (!s->holders.empty()) out += "," + holder_json(s->holders.front());
-      out += ",\"counter\":" + number_or_null(s->last_token) + "}";
-    }
-  }
-  return out + "]}\n";
+         ",\"servers\":" + servers_json(v, urls) + "}\n";
+  return out;
 }
 
 int quorum_status(const config::Config& c) {

@@ -232,8 +232,8 @@ Config make_config(const Options& o, const GetEnv& getenv, const ParseSignal& pa
   check_tls_files(c.common.endpoint.tls);
   const bool quorum = !c.common.servers.empty();
   if (quorum && o.subcommand != Subcommand::run && o.subcommand != Subcommand::status &&
-      o.subcommand != Subcommand::version)
-    throw UsageError("--redis: several servers (quorum mode) are for run and status only; give one");
+      o.subcommand != Subcommand::list && o.subcommand != Subcommand::version)
+    throw UsageError("--redis: several servers (quorum mode) are for run, status and list only; give one");
   c.acl_delex = o.acl_delex;
   c.acl_delifeq = o.acl_delifeq;
   c.acl_admin = o.acl_admin;

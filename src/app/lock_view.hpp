@@ -1,0 +1,47 @@
+#pragma once
+// What status and list both say about a lock: a holder's fields, and in quorum mode each server's view
+// and the majority view over them.
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lease/lease_client.hpp"
+#include "redis/client.hpp"
+
+namespace fencerun::app {
+
+template <class T>
+std::string number_or_null(const std::optional<T>& n) {
+  return n ? std::to_string(*n) : std::string("null");
+}
+
+// One holder's fields as JSON members (without braces): owner (8 digits), host, pid, token, ttl_ms.
+std::string holder_json(const lease::SlotHolder& s);
+// "pid P on HOST (owner OWNER8)"
+std::string who(const lease::Holder& h);
+// "Xms remaining" or "no expiry"
+std::string ttl_text(const lease::SlotHolder& s);
+// The token, or "unknown"
+std::string token_text(const lease::Holder& h);
+
+// Quorum mode: what each server says, and what a majority says. A server list that differs between
+// clients shows here as servers that disagree.
+struct QuorumView {
+  std::vector<redis::Result<lease::LockStatus>> servers;
+  std::size_t majority = 0;
+  std::size_t answered = 0;
+  std::optional<lease::SlotHolder> holder;  // the owner on a majority, with the shortest ttl among them
+  std::size_t holder_servers = 0;           // the most servers one owner holds the lock on
+  std::size_t free_servers = 0;
+  std::optional<std::uint64_t> last_token;  // the greatest counter
+  bool disagree = false;                    // the servers that answered do not all name the same owner (or none)
+};
+QuorumView quorum_view(std::vector<redis::Result<lease::LockStatus>> replies);
+
+// One server's view: "held by WHO, token T, ttl X, counter C", "free, counter C" or "unavailable: why".
+std::string server_text(const redis::Result<lease::LockStatus>& s);
+// The "servers" JSON array: {url, available, error} or {url, available, held, holder fields, counter}.
+std::string servers_json(const QuorumView& v, const std::vector<std::string>& urls);
+
+}  // namespace fencerun::app
