@@ -105,7 +105,8 @@ calls = [c1, c3, c5]
 out = ["<!-- quorum:begin -->", "## 10. Quorum mode: cost per run", "",
        "`bench/quorum.sh`: `fencerun ... NAME -- true` against 1, 3 and 5 independent redis-servers on",
        f"loopback, `hyperfine -N -w {warmup} -r {runs}` (all three in one hyperfine run); Redis commands",
-       "per run summed over every server (INFO commandstats).", "",
+       "per run summed over every server (INFO commandstats: the calls scripts make inside the server",
+       "included).", "",
        f"Load before: `{before}`  ", f"Load after: `{after}`", "",
        "| mode | mean | ± σ | vs single server | Redis commands per run (all servers) |",
        "|---|---|---|---|---|"]
