@@ -1,5 +1,7 @@
 #include "handover_fixture.hpp"
 
+#include <algorithm>
+
 #include <signal.h>
 
 #include <iostream>
@@ -79,7 +81,11 @@ bool HandoverTest::exists(const std::string& k) {
 
 std::unique_ptr<FencerunProcess> HandoverTest::start(const std::string& name, const std::string& script,
                                                      std::vector<std::string> options) {
-  std::vector<std::string> a = {"-r", redis_->url()};
+  // The test's server unless the options name another (a proxy in front of it): -r given twice names
+  // two servers, which quorum mode refuses.
+  const bool own_server = std::ranges::find(options, "-r") != options.end();
+  std::vector<std::string> a;
+  if (!own_server) a = {"-r", redis_->url()};
   a.insert(a.end(), options.begin(), options.end());
   a.insert(a.end(), {name, "--", "sh", "-c", script});
   SpawnOptions o;

@@ -55,7 +55,8 @@ class ServerTest : public FencerunTest {
 TEST_F(ServerTest, verbose_log_names_the_server_and_its_release) {
   const Identity id = identity();
   ASSERT_FALSE(id.name.empty()) << "the server did not answer HELLO";
-  std::cout << "server under test: " << id.name << " " << id.version << " (release by " << expected_path(id) << ")\n";
+  // Read by tests/servers/matrix-table for its release column.
+  std::cout << "release path: " << expected_path(id) << " (" << id.name << " " << id.version << ")\n";
   auto r = run(sh_args("named", "true", {"-v"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("talking to " + id.name + " " + id.version + " at 127.0.0.1:" + std::to_string(redis().port()) +
