@@ -196,14 +196,18 @@ class QuorumOps final : public Renewer {
     std::size_t deleted = 0;   // our lease was there and is gone
     std::size_t not_ours = 0;  // it was not there (expired, lost with the server's data, or taken)
   };
-  // Owner-checked compare-and-delete on every server. Ends once M deleted.
-  ReleaseTally release(const std::string& owner, Deadline until) {
+  // Owner-checked compare-and-delete on every server. Ends once M deleted. With `wake`, each server
+  // that deleted tells the waiters listening there. The undoing of a failed attempt does not: a waiter
+  // that set the lock on a minority and undid it would wake the others, who would do the same, for as
+  // long as the lock is held.
+  ReleaseTally release(const std::string& owner, Deadline until, bool wake) {
     const std::size_t m = majority();
     auto replies = m_fanout.round<bool>(
-        [keys = m_keys, owner, until, channel = released_channel()](Client& client, std::size_t) {
+        [keys = m_keys, owner, until, wake, channel = released_channel()](Client& client, std::size_t) {
           auto deleted = release_holder(client, keys, 1, owner, until);
-          // Wake the waiters listening on this server (best effort: they also poll).
-          if (deleted && *deleted) [[maybe_unused]] auto woken = client.command({"PUBLISH", channel, "released"}, until);
+          // Best effort: the waiters also poll.
+          if (wake && deleted && *deleted)
+            [[maybe_unused]] auto woken = client.command({"PUBLISH", channel, "released"}, until);
           return deleted;
         },
         until, [m](const Fanout::Replies<bool>& r) { return count_if_ok<bool>(r, [](bool b) { return b; }) >= m; });
@@ -259,7 +263,7 @@ class QuorumHeldLease final : public KeptLease {
   Released release() override {
     stop_keeping();
     m_released = true;
-    const auto r = m_ops.release(m_request.owner, BootClock::now() + m_request.request_timeout);
+    const auto r = m_ops.release(m_request.owner, BootClock::now() + m_request.request_timeout, /*wake=*/true);
     const std::size_t m = m_ops.majority();
     if (r.deleted >= m) {
       log::event(log::Level::info, "released", "released lock", m_context);
@@ -307,7 +311,7 @@ class QuorumLease final : public Lease {
   // not answer this either, and the lock expires anyway.
   void undo() {
     auto cleanup = std::min<milliseconds>(m_request.request_timeout / 4, milliseconds(200));
-    m_ops.release(m_request.owner, BootClock::now() + cleanup);
+    m_ops.release(m_request.owner, BootClock::now() + cleanup, /*wake=*/false);
   }
   std::string servers_text() const {
     return std::to_string(m_ops.size()) + " servers (a majority is " + std::to_string(m_ops.majority()) + ")";
