@@ -9,8 +9,9 @@
 #   packaging/test-package.sh [BUILD_DIR]     (default: build; run as root: it installs the .deb)
 #
 # Needs: dpkg-dev, lintian, rpm, man-db, redis-server (scripts/setup --deps-only --ci installs them).
-# Refuses to run when a fencerun package is already installed, so that it never removes one it did
-# not install itself.
+# A fencerun package that was installed before (scripts/setup installs the one it builds) is replaced
+# by the one just built, and that one is installed again after the removal test: the machine ends
+# with a fencerun on PATH as it began, now of this build.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -24,8 +25,10 @@ fail() { printf 'test-package: FAILED: %s\n' "$*" >&2; exit 1; }
 for tool in dpkg-deb lintian rpm rpmbuild man redis-server redis-cli; do
   command -v "$tool" >/dev/null || fail "$tool is missing (scripts/setup --deps-only --ci installs it)"
 done
-if dpkg-query -W -f='${Status}' fencerun 2>/dev/null | grep -q 'installed'; then
-  fail "a fencerun package is already installed; remove it first (dpkg -r fencerun)"
+WAS_INSTALLED=0
+if dpkg-query -W -f='${Status}' fencerun 2>/dev/null | grep -q ' installed$'; then
+  WAS_INSTALLED=1
+  echo "a fencerun package is installed ($(dpkg-query -W -f='${Version}' fencerun)): it is replaced by this build's"
 fi
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/fencerun-pkg.XXXXXX")
@@ -33,7 +36,11 @@ REDIS_PID=
 INSTALLED=0
 cleanup() {
   if [ -n "$REDIS_PID" ] && kill -0 "$REDIS_PID" 2>/dev/null; then kill "$REDIS_PID" 2>/dev/null || true; fi
-  if [ "$INSTALLED" -eq 1 ]; then dpkg -r fencerun >/dev/null 2>&1 || true; fi
+  if [ "$INSTALLED" -eq 1 ] && [ "$WAS_INSTALLED" -eq 0 ]; then dpkg -r fencerun >/dev/null 2>&1 || true; fi
+  # Failed between the removal and the reinstall: leave fencerun installed, as it was found.
+  if [ "$WAS_INSTALLED" -eq 1 ] && [ -n "${DEB:-}" ] && [ ! -e /usr/bin/fencerun ]; then
+    dpkg -i "$DEB" >/dev/null 2>&1 || true
+  fi
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -41,8 +48,9 @@ trap cleanup EXIT
 say "building the packages"
 rm -f "$BUILD"/fencerun*.deb "$BUILD"/fencerun*.rpm
 cmake --build "$BUILD" --target package
-DEB=$(ls "$BUILD"/fencerun_*.deb 2>/dev/null | head -n1)
-RPM=$(ls "$BUILD"/fencerun-*.rpm 2>/dev/null | head -n1)
+# A glob, not `ls | head` (which exits non-zero under pipefail when nothing matches, silently).
+DEB=$(compgen -G "$BUILD/fencerun_*.deb" | head -n1 || true)
+RPM=$(compgen -G "$BUILD/fencerun-*.rpm" | head -n1 || true)
 [ -n "$DEB" ] || fail "no .deb in $BUILD (is dpkg-dev installed?)"
 [ -n "$RPM" ] || fail "no .rpm in $BUILD (is rpm installed?)"
 echo "deb: $DEB"
@@ -85,6 +93,8 @@ if MANWIDTH=80 man --warnings "$man_page" 2>&1 >/dev/null | grep .; then fail "t
 for f in /usr/share/bash-completion/completions/fencerun /usr/share/zsh/vendor-completions/_fencerun \
   /usr/share/fish/vendor_completions.d/fencerun.fish /usr/share/doc/fencerun/copyright \
   /usr/share/doc/fencerun/changelog.gz /usr/share/doc/fencerun/README.md \
+  /usr/share/doc/fencerun/docs/fencing.md /usr/share/doc/fencerun/docs/quorum.md \
+  /usr/share/doc/fencerun/docs/benchmarks.md \
   /usr/share/doc/fencerun/examples/crontab /usr/share/doc/fencerun/examples/fencerun-orders-sync.service \
   /usr/share/doc/fencerun/examples/fencerun-orders-sync.timer /usr/share/doc/fencerun/examples/gitlab-ci.yml \
   /usr/share/doc/fencerun/examples/github-actions.yml /usr/share/doc/fencerun/examples/kubernetes-cronjob.yaml; do
@@ -149,6 +159,11 @@ INSTALLED=0
 [ ! -e /usr/bin/fencerun ] || fail "/usr/bin/fencerun is still there after dpkg -r"
 [ ! -e /usr/share/man/man1/fencerun.1.gz ] || fail "the man page is still there after dpkg -r"
 echo "/usr/bin/fencerun is gone"
+if [ "$WAS_INSTALLED" -eq 1 ]; then
+  say "installing this build's .deb again (a fencerun package was installed before the test)"
+  dpkg -i "$DEB"
+  INSTALLED=0
+fi
 
 say "contents of the .rpm"
 rpm -qip "$RPM" 2>/dev/null | sed -n '1,12p'
