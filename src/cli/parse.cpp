@@ -227,23 +227,26 @@ const OptionSpec* find_short(char c) {
 
 bool is_option_word(std::string_view a) { return a.size() > 1 && a[0] == '-' && a != "--"; }
 
-// Optimal string alignment distance (Levenshtein plus the swap of two neighbours), for "did you mean".
-std::size_t distance(std::string_view a, std::string_view b) {
+// Optimal string alignment distance (Levenshtein plus the swap of two neighbours), for "did you mean";
+// a changed letter costs `substitution`.
+std::size_t distance(std::string_view a, std::string_view b, std::size_t substitution = 1) {
   std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
   for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
   for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
   for (std::size_t i = 1; i <= a.size(); ++i)
     for (std::size_t j = 1; j <= b.size(); ++j) {
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : substitution)});
       if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
         d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
     }
   return d[a.size()][b.size()];
 }
 
-// A first word close enough to a subcommand to be a typo of it: one edit away (a letter added,
-// dropped, changed, or two neighbours swapped; case ignored), or its letters in another order
-// (`brake`). nullopt when none is.
+// A first word close enough to a subcommand to be a typo of it (case ignored): a letter added or
+// dropped, two neighbours swapped (`lsit`, `stauts`, `fnce`), or, from five letters on, its letters
+// in another order (`brake`). A changed letter does not count: it makes ordinary words of the
+// subcommands (lost, last, dump, gun), which are lock names, and neither does a subcommand with
+// letters after it (fenced, runs). nullopt when none is.
 std::optional<std::string_view> misspelt_subcommand(std::string_view word) {
   // A lock name with digits or punctuation (job1, acl-sync) is no typo of a word.
   if (!std::ranges::all_of(word, [](char c) { return std::isalpha(static_cast<unsigned char>(c)) != 0; }))
@@ -253,12 +256,13 @@ std::optional<std::string_view> misspelt_subcommand(std::string_view word) {
   std::string sorted_word = lower;
   std::ranges::sort(sorted_word);
   for (std::string_view sub : k_subcommand_words) {
-    if (distance(lower, sub) <= 1) return sub;
+    if (lower.size() > sub.size() && lower.starts_with(sub)) continue;  // fenced, runs: a word of its own
+    if (distance(lower, sub, 2) <= 1) return sub;
     std::string sorted_sub(sub);
     std::ranges::sort(sorted_sub);
-    if (sorted_sub == sorted_word) return sub;
+    if (sub.size() >= 5 && sorted_sub == sorted_word) return sub;
   }
-  if (distance(lower, "version") <= 1) return "--version";
+  if (distance(lower, "version", 2) <= 1) return "--version";
   return std::nullopt;
 }
 

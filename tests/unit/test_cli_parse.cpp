@@ -539,7 +539,7 @@ TEST(cli_grammar, says_which_value_is_missing_or_malformed_in_its_own_words) {
 TEST(cli_grammar, refuses_a_first_word_one_edit_away_from_a_subcommand) {
   for (auto [typo, sub] : std::vector<std::pair<const char*, const char*>>{
            {"lsit", "list"}, {"stauts", "status"}, {"fnce", "fence"}, {"brake", "break"}, {"bmup", "bump"},
-           {"acls", "acl"}, {"rnu", "run"}, {"Status", "status"}, {"hlep", "help"}}) {
+           {"alc", "acl"}, {"rnu", "run"}, {"urn", "run"}, {"stats", "status"}, {"Status", "status"}, {"hlep", "help"}}) {
     EXPECT_EQ(usage_error({typo, "echo", "hi"}),
               std::string("'") + typo + "' is not a subcommand: did you mean '" + sub +
                   "'? (to run a command under a lock of that name: fencerun run " + typo + " ...)");
@@ -548,8 +548,10 @@ TEST(cli_grammar, refuses_a_first_word_one_edit_away_from_a_subcommand) {
   }
   EXPECT_EQ(usage_error({"version"}).rfind("'version' is not a subcommand: for the version, run 'fencerun --version'", 0),
             0u);
-  // Names that are no typo of a word: digits, punctuation, far from every subcommand.
-  for (const char* name : {"job1", "acl-sync", "nightly", "backup", "stat", "lists2"})
+  // Names that are no typo of a word: digits, punctuation, far from every subcommand, or a changed
+  // letter (ordinary words), or a short word's letters in another order.
+  for (const char* name : {"job1", "acl-sync", "nightly", "backup", "stat", "lists2", "lost", "last", "dump", "gun",
+                           "bread", "hello", "slit", "fenced", "runs", "lists"})
     EXPECT_EQ(parse({name, "true"}).lock_name, name) << name;
 }
 
