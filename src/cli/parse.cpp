@@ -107,9 +107,9 @@ constexpr std::array k_options = {
     "Redis to use: redis://[[user]:password@]host[:port]\n"
     "[/db][?db=N]; rediss://... (TLS); unix:///PATH\n"
     "[?db=N]; redis+sentinel://host:port[,host:port...]\n"
-    "/MASTER (rediss+sentinel:// for TLS); a Redis\n"
-    "Cluster node works as redis:// (default:\n"
-    "$FENCERUN_REDIS_URL, $REDIS_URL,\n"
+    "/MASTER[?db=N][&sentinel_user=U] (rediss+sentinel://\n"
+    "for TLS); a Redis Cluster node works as redis://\n"
+    "(default: $FENCERUN_REDIS_URL, $REDIS_URL,\n"
     "redis://127.0.0.1:6379); run, status, list: given 3,\n"
     "5 or 7 times, quorum mode on that many independent\n"
     "servers"},
@@ -190,7 +190,7 @@ constexpr std::array k_options = {
   OptionSpec{0, "delifeq", "", k_acl, [](Options& o, std::string_view, std::string_view) { o.acl_delifeq = true; },
     "also allow DELIFEQ (Valkey 9.0 and later)"},
   OptionSpec{0, "admin", "", k_acl, [](Options& o, std::string_view, std::string_view) { o.acl_admin = true; },
-    "also allow what list sends (SCAN); break and bump\nneed nothing more than the run rule"},
+    "also allow what list sends (SCAN, CLUSTER NODES);\nbreak and bump need nothing more than the run rule"},
   OptionSpec{0, "resource", "R", k_fence_redis,
     [](Options& o, std::string_view, std::string_view v) { o.fence_resource = s(v); },
     "the resource (default: $FENCERUN_LOCK)"},
