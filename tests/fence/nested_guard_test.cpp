@@ -4,6 +4,7 @@
 // CA, neither of which is in the job's environment or command line.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -54,7 +55,7 @@ TEST(NestedGuard, GlobalOptionsBeforeFenceRedisGuardForReal) {
   EXPECT_EQ(redis.get("{r}:k"), "v9");
 }
 
-TEST(NestedGuard, GlobalOptionsBeforeFenceSqlPrintTheSchema) {
+TEST(NestedGuard, GlobalOptionsBeforeFenceSqlGiveASchemaThatRejectsAStaleToken) {
   TempDir dir("nested");
   auto plain = run_in(dir, {"fence", "sql", "sqlite"});
   auto verbose = run_in(dir, {"-v", "fence", "sql", "sqlite"});
@@ -62,6 +63,20 @@ TEST(NestedGuard, GlobalOptionsBeforeFenceSqlPrintTheSchema) {
   EXPECT_EQ(verbose.exit_code, 0) << verbose;
   EXPECT_EQ(verbose.out, plain.out);
   EXPECT_NE(plain.out.find("fencerun_admit"), std::string::npos);
+  // The schema printed that way guards for real: a stale token is refused by the database.
+  if (!std::filesystem::exists("/usr/bin/sqlite3")) GTEST_SKIP() << "sqlite3 not found";
+  write_file(dir / "schema.sql", verbose.out);
+  const std::string db = (dir / "app.db").string();
+  auto load = run_program({"sqlite3", "-bail", db, ".read " + (dir / "schema.sql").string()});
+  ASSERT_EQ(load.exit_code, 0) << load;
+  auto admit = [&](const char* token) {
+    return run_program({"sqlite3", "-bail", db,
+                        std::string("BEGIN IMMEDIATE; INSERT INTO fencerun_admit VALUES ('r', ") + token + "); COMMIT;"});
+  };
+  EXPECT_EQ(admit("5").exit_code, 0);
+  auto stale = admit("4");
+  EXPECT_NE(stale.exit_code, 0) << stale;
+  EXPECT_NE(stale.err.find("stale token"), std::string::npos) << stale;
 }
 
 // A script for the job: the nested guard, then what the job can see of the run.
