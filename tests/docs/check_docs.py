@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Checks that the documentation follows the program.
 
-    check_docs.py options    FENCERUN SOURCE_DIR   every --long option of `fencerun --help` is in
-                                                   the man page and in all three completions, and
-                                                   so are the subcommands
+    check_docs.py options    FENCERUN SOURCE_DIR   every --long option of `fencerun --help` and of
+                                                   every subcommand's own help is in the man page
+                                                   and in all three completions, and so are the
+                                                   subcommands
     check_docs.py golden     FENCERUN SOURCE_DIR   `fencerun --help` equals tests/docs/help.golden
     check_docs.py complete   FENCERUN SOURCE_DIR   the bash and fish completions really offer every
                                                    option and subcommand (exit 77: skipped)
