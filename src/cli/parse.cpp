@@ -156,7 +156,9 @@ constexpr std::array k_options = {
     [](Options& o, std::string_view, std::string_view v) {
       o.min_replicas = int_value("--min-replicas", v, "a whole number");
     },
-    "count the lock as acquired only once N replicas\nconfirm it (WAIT); otherwise release it and exit 69\n(default: 0)"},
+    "count the lock as acquired only once N replicas\n"
+    "confirm it (WAIT); otherwise release it and exit 69\n"
+    "(default: 0)"},
   OptionSpec{0, "replica-timeout", "DUR", k_run,
     [](Options& o, std::string_view, std::string_view v) { o.replica_timeout = v; },
     "how long to wait for those replicas (default: 1s)"},
@@ -235,7 +237,8 @@ std::size_t distance(std::string_view a, std::string_view b, std::size_t substit
   for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
   for (std::size_t i = 1; i <= a.size(); ++i)
     for (std::size_t j = 1; j <= b.size(); ++j) {
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : substitution)});
+      const std::size_t change = a[i - 1] == b[j - 1] ? 0 : substitution;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + change});
       if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
         d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
     }
@@ -314,8 +317,8 @@ class Scan {
     return s(command_spec(m_command).name) + ": ";
   }
 
-  // Messages about the command line of a subcommand end with where its help is; the top level's
-  // get "(see fencerun --help)" from main.
+  // A usage error, prefixed with the subcommand ("status: ..."); parse() then adds where its help
+  // is (the top level's "(see fencerun --help)" comes from main).
   [[noreturn]] void fail(const std::string& message) const {
     throw UsageError(prefix() + message);
   }
@@ -420,7 +423,8 @@ class Scan {
     for (const auto& [typed, spec] : m_seen) {
       if (spec->commands & m_command) continue;
       if (spec->commands == k_version)
-        throw UsageError("--version is not an option of " + s(c.name) + ": give it alone (fencerun [-r URL] --version)");
+        throw UsageError("--version is not an option of " + s(c.name) +
+                         ": give it alone (fencerun [-r URL] --version)");
       const std::string where = command_list(spec->commands & ~k_version);
       const std::string name = m_command == k_version ? "--version" : s(c.name);
       throw UsageError(name + " does not take " + typed + (where.empty() ? "" : " (an option of " + where + ")") +
@@ -494,8 +498,8 @@ class Scan {
     for (; !at_end();) {
       std::string_view a = word();
       if (a == "--") {
-          throw UsageError(name + " takes no COMMAND (to run a command under a lock named '" + name + "': fencerun run " + name +
-             " -- COMMAND)");
+        throw UsageError(name + " takes no COMMAND (to run a command under a lock named '" + name +
+                         "': fencerun run " + name + " -- COMMAND)");
       }
       if (is_option_word(a)) {
         take_option();
@@ -509,9 +513,10 @@ class Scan {
     const std::size_t most = m_command == k_acl ? 0 : 1;
     const std::string_view what = m_command == k_list ? "PATTERN" : "NAME";
     if (operands.size() > most) {
-      if (most == 0) throw UsageError(name + " takes no NAME, got '" + operands.front() + "'; see fencerun " + name + " --help");
-      throw UsageError(name + " takes one " + s(what) + ", got " + std::to_string(operands.size()) + " words ('" + operands[0] +
-           "', '" + operands[1] + "'); see fencerun " + name + " --help");
+      if (most == 0)
+        throw UsageError(name + " takes no NAME, got '" + operands.front() + "'; see fencerun " + name + " --help");
+      throw UsageError(name + " takes one " + s(what) + ", got " + std::to_string(operands.size()) + " words ('" +
+                       operands[0] + "', '" + operands[1] + "'); see fencerun " + name + " --help");
     }
     const CommandSpec& c = command_spec(m_command);
     m_o.subcommand = c.subcommand;
