@@ -97,7 +97,7 @@ _fencerun()
             list) COMPREPLY=($(compgen -W "$connection --all --json" -- "$cur")) ;;
             break) COMPREPLY=($(compgen -W "$connection --owner -y --yes" -- "$cur")) ;;
             bump) COMPREPLY=($(compgen -W "$connection --above" -- "$cur")) ;;
-            acl) COMPREPLY=($(compgen -W "--key-prefix --delex --delifeq --admin -h --help" -- "$cur")) ;;
+            acl) COMPREPLY=($(compgen -W "--key-prefix --delex --delifeq --admin -v --verbose -q --quiet --log-format -h --help" -- "$cur")) ;;
             run) COMPREPLY=($(compgen -W "$connection $run_opts --" -- "$cur")) ;;
             "") COMPREPLY=($(compgen -W "$connection $run_opts --version --" -- "$cur")) ;;
             *) COMPREPLY=($(compgen -W "--" -- "$cur")) ;;
@@ -107,6 +107,8 @@ _fencerun()
     fi
 
     if [[ -z $subcommand ]]; then
+        COMPREPLY=($(compgen -W 'run status list break bump acl fence help' -- "$cur"))
+    elif [[ $subcommand == help && $sub_at -eq $((cword - 1)) ]]; then
         COMPREPLY=($(compgen -W 'run status list break bump acl fence' -- "$cur"))
     fi
     # Otherwise a lock NAME (or list's PATTERN) is expected: those live in Redis, so nothing is offered.
@@ -154,7 +156,7 @@ _fencerun_fence()
     case $guard in
         file)
             if [[ $cur == -* ]]; then
-                COMPREPLY=($(compgen -W '--token --read --help' -- "$cur"))
+                COMPREPLY=($(compgen -W '--token --read -v --verbose -q --quiet --log-format --help' -- "$cur"))
             else
                 _filedir
             fi
@@ -166,7 +168,7 @@ _fencerun_fence()
             ;;
         sql)
             if [[ $cur == -* ]]; then
-                COMPREPLY=($(compgen -W '--help' -- "$cur"))
+                COMPREPLY=($(compgen -W '-v --verbose -q --quiet --log-format --help' -- "$cur"))
             else
                 COMPREPLY=($(compgen -W 'postgresql postgres mysql mariadb sqlite' -- "$cur"))
             fi

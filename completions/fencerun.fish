@@ -43,7 +43,7 @@ end
 # True when the run options apply: no subcommand yet, `run`, or a lock NAME.
 function __fencerun_run_form
     set -l w (__fencerun_first_word)
-    not contains -- "$w" status list break bump acl fence
+    not contains -- "$w" status list break bump acl fence help
 end
 
 # fence: the guard given after `fence`, if any.
@@ -94,6 +94,7 @@ complete -c fencerun -n $needs_sub -a break -d "Release the lease of a lock's cu
 complete -c fencerun -n $needs_sub -a bump -d "Raise a lock's token counter above a token"
 complete -c fencerun -n $needs_sub -a acl -d 'Print the least-privilege Redis ACL rule'
 complete -c fencerun -n $needs_sub -a fence -d 'Resource-side guards that reject stale tokens'
+complete -c fencerun -n $needs_sub -a help -d 'Help of a subcommand'
 
 # Connection and logging options (run, status, list, break, bump)
 set -l conn_cond '__fencerun_before_dashdash; and not __fencerun_using acl; and not __fencerun_using fence'
@@ -105,9 +106,10 @@ complete -c fencerun -n $conn_cond -l tls-cert -r -F -d 'Client certificate (mut
 complete -c fencerun -n $conn_cond -l tls-key -r -F -d 'Key of the client certificate'
 complete -c fencerun -n $conn_cond -l tls-server-name -x -a '(__fish_print_hostnames)' -d 'Name to verify in the server certificate'
 complete -c fencerun -n $conn_cond -l tls-insecure -d 'Do not verify the server certificate'
-complete -c fencerun -n $conn_cond -s v -l verbose -d 'More log output (repeat for debug)'
-complete -c fencerun -n $conn_cond -s q -l quiet -d 'Log errors only'
-complete -c fencerun -n $conn_cond -l log-format -x -a 'text json' -d 'Log line format'
+# Logging: every subcommand, every guard
+complete -c fencerun -n __fencerun_before_dashdash -s v -l verbose -d 'More log output (repeat for debug)'
+complete -c fencerun -n __fencerun_before_dashdash -s q -l quiet -d 'Log errors only'
+complete -c fencerun -n __fencerun_before_dashdash -l log-format -x -a 'text json' -d 'Log line format'
 complete -c fencerun -n '__fencerun_before_dashdash; and not __fencerun_using fence' -s h -l help -d 'Print help and exit'
 complete -c fencerun -n $needs_sub -l version -d 'Print the version and exit'
 
@@ -145,7 +147,7 @@ complete -c fencerun -n '__fencerun_before_dashdash; and __fencerun_using bump' 
 complete -c fencerun -n '__fencerun_using acl' -l key-prefix -x -d 'Prefix of the keys the rule allows'
 complete -c fencerun -n '__fencerun_using acl' -l delex -d 'Also allow DELEX (Redis 8.4 and later)'
 complete -c fencerun -n '__fencerun_using acl' -l delifeq -d 'Also allow DELIFEQ (Valkey 9.0 and later)'
-complete -c fencerun -n '__fencerun_using acl' -l admin -d 'Also allow what list, break and bump send'
+complete -c fencerun -n '__fencerun_using acl' -l admin -d 'Also allow what list sends (SCAN)'
 
 # fence file|redis|sql
 complete -c fencerun -n __fencerun_fence_needs_guard -a file -d 'Replace a file from stdin, rejecting stale tokens'

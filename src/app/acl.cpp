@@ -27,6 +27,8 @@ std::string acl_rule(const std::string& key_prefix, bool delex, bool delifeq, bo
   rule += " +evalsha +eval +get +pttl +select +role +asking +wait +subscribe +publish";
   // The probe on each new connection: which server it is, and whether it has DELIFEQ or DELEX.
   rule += " +hello +command|info";
+  // `fencerun -r URL --version`: the PING that carries the probe.
+  rule += " +ping";
   // Run inside the acquire, renew, release, leave and wake scripts (the wait queue included).
   rule += " +set +time +pexpire +del +exists +zadd +zrank +zcard +zrange +zrem +incr +zscore +zrangebyscore";
   // The native compare-and-delete of the release. A server refuses a rule naming a command it does

@@ -11,6 +11,7 @@
 #include "app/app.hpp"
 #include "app/metrics.hpp"
 #include "util/duration.hpp"
+#include "util/fd.hpp"
 #include "lease/lease.hpp"
 #include "lease/quorum_lease.hpp"
 #include "lease/redis_lease.hpp"
@@ -36,17 +37,17 @@ std::string host_name() {
 }
 
 // fencerun's environment without the variables it sets, then the lease's facts.
-std::vector<std::string> child_environment(const lease::HeldLease& held) {
-  const auto facts = held.facts();
+// The command's environment: fencerun's own, without any FENCERUN_* variable (an outer run's, a
+// password, a setting meant for this fencerun), plus what this run sets: the lease's facts and the
+// descriptor of the shared connection (config::share_connection).
+std::vector<std::string> child_environment(const lease::HeldLease& held, int connection_fd) {
   std::vector<std::string> env;
   for (char** e = environ; e && *e; ++e) {
     std::string_view entry(*e);
-    bool ours = std::ranges::any_of(facts, [&](const auto& f) {
-      return entry.size() > f.first.size() && entry.starts_with(f.first) && entry[f.first.size()] == '=';
-    });
-    if (!ours) env.emplace_back(entry);
+    if (!entry.starts_with("FENCERUN_")) env.emplace_back(entry);
   }
-  for (const auto& [name, value] : facts) env.push_back(name + "=" + value);
+  for (const auto& [name, value] : held.facts()) env.push_back(name + "=" + value);
+  if (connection_fd >= 0) env.push_back("FENCERUN_CONNECTION_FD=" + std::to_string(connection_fd));
   return env;
 }
 
@@ -136,7 +137,10 @@ Exit run_under(const config::Config& c, supervisor::SignalChannel& signals, leas
   // The watchdog and the command are started while fencerun has a single thread. From here on the
   // supervisor kills the job on every way out, before the lease is released.
   supervisor::Supervisor sup(signals, {c.run.kill_signal, schedule.stop_points()}, context);
-  auto pid = sup.start(c.run.command, child_environment(held), deadline);
+  // The job's fencerun commands reach the same server with the same credentials and TLS settings.
+  UniqueFd connection(config::share_connection(c.common));
+  auto pid = sup.start(c.run.command, child_environment(held, connection.get()), deadline);
+  connection.reset();  // the command has its copy
   if (!pid) {
     if (pid.error().too_late) return ran_short();
     log::event(log::Level::error, "exec_failed", pid.error().message, context);

@@ -1,8 +1,11 @@
 #include "cli/parse.hpp"
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
-#include <cstdint>
+#include <array>
+#include <cctype>
+#include <charconv>
+#include <optional>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -11,316 +14,716 @@
 namespace fencerun::cli {
 namespace {
 
-// The connection options of run, status and fence redis.
-void add_connection_options(CLI::App& app, config::Options& o) {
-  // Repeated for quorum mode: every -r is kept, one URL each (CLI11 would otherwise take the
-  // words after it as more URLs).
-  app.add_option("-r,--redis", o.redis_urls)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
-      ->allow_extra_args(false);
-  app.add_option("--timeout", o.timeout);
-  app.add_option("--key-prefix", o.key_prefix);
-  app.add_flag_function("-v,--verbose", [&o](std::int64_t n) { o.verbosity += static_cast<int>(n); });
-  app.add_flag_function("-q,--quiet", [&o](std::int64_t n) { o.verbosity -= static_cast<int>(n); });
-  app.add_option("--log-format", o.log_format);
-  app.add_option("--tls-ca-file", o.tls_ca_file);
-  app.add_option("--tls-cert", o.tls_cert);
-  app.add_option("--tls-key", o.tls_key);
-  app.add_option("--tls-server-name", o.tls_server_name);
-  app.add_flag("--tls-insecure", o.tls_insecure);
-}
+using config::Options;
 
-void add_run_options(CLI::App& app, config::Options& o) {
-  add_connection_options(app, o);
-  app.add_option("-t,--ttl", o.ttl);
-  app.add_option("--renew", o.renew);
-  app.add_option("--grace", o.grace);
-  app.add_option("--kill-signal", o.kill_signal);
-  app.add_option("-w,--wait", o.wait);
-  app.add_flag("--fair", o.fair);
-  app.add_option("--limit", o.limit);
-  app.add_option("--metrics-file", o.metrics_file);
-  app.add_option("-E,--conflict-exit-code", o.conflict_exit_code);
-  app.add_option("--lease-lost-exit-code", o.lease_lost_exit_code);
-  app.add_flag("--shell", o.shell);
-  app.add_option("--min-replicas", o.min_replicas);
-  app.add_option("--replica-timeout", o.replica_timeout);
-  app.add_option("NAME", o.lock_name);
-}
+// ---- The grammar: one table of commands, one of options. The scan, the checks, every help text
+// and declared_options() are built from these two tables, so they cannot disagree.
 
-// The one parser of every command, bound to one Options. -h/--help and --version are answered by
-// parse() before CLI11 runs, but they are declared like the other options: the pre-scan below looks
-// every option up here, and declared_options() lists them. Operands (NAME aside) and COMMAND/CMD are
-// collected by the pre-scan, never by CLI11. Neither copied nor moved: the App holds references
-// into `o`.
-struct Parser {
-  config::Options o;
-  bool help = false;
-  bool version = false;
-  CLI::App app{"fencerun"};
-  CLI::App* run = nullptr;
-  CLI::App* status = nullptr;
-  CLI::App* acl = nullptr;
-  CLI::App* list = nullptr;
-  CLI::App* break_lock = nullptr;
-  CLI::App* bump = nullptr;
-  CLI::App* fence = nullptr;
-  CLI::App* fence_file = nullptr;
-  CLI::App* fence_redis = nullptr;
-  CLI::App* fence_sql = nullptr;
+// Commands, as bits: an option lists the commands that take it.
+enum Command : unsigned {
+  k_run = 1u << 0,
+  k_status = 1u << 1,
+  k_list = 1u << 2,
+  k_break = 1u << 3,
+  k_bump = 1u << 4,
+  k_acl = 1u << 5,
+  k_fence = 1u << 6,  // `fence` without a guard: only its help
+  k_fence_file = 1u << 7,
+  k_fence_redis = 1u << 8,
+  k_fence_sql = 1u << 9,
+  k_version = 1u << 10,  // `fencerun [-r URL] --version`
+};
+constexpr unsigned k_every = (1u << 11) - 1;
+// Commands that talk to a Redis server: they take the connection options.
+constexpr unsigned k_server = k_run | k_status | k_list | k_break | k_bump | k_fence_redis | k_version;
+// Every command that does something takes the logging options.
+constexpr unsigned k_logging = k_every & ~k_fence;
 
-  // The top-level command alone; the others are added when needed (each of the dozens of options
-  // costs its share of the start-up of every run).
-  // `fencerun fence ...` needs none of the top-level options (WithoutTopLevel).
-  struct WithoutTopLevel {};
-  Parser() : Parser(WithoutTopLevel{}) {
-    add_run_options(app, o);
-    app.add_flag("-h,--help", help);
-    app.add_flag("--version", version);
-  }
-  explicit Parser(WithoutTopLevel) {
-    app.set_help_flag();  // before the subcommands: they inherit it
-    app.allow_extras(false);
-    // An option given twice takes the last value, as getopt-based tools do (a wrapper's defaults can
-    // be overridden by the options after them). Inherited by the subcommands.
-    app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-    app.require_subcommand(0, 1);
-  }
-  void add_run() {
-    if (run) return;
-    run = app.add_subcommand("run");
-    add_run_options(*run, o);
-  }
-  void add_status_and_acl() {
-    if (status) return;
-    status = app.add_subcommand("status");
-    add_connection_options(*status, o);
-    status->add_flag("--json", o.json);
-    status->add_option("NAME", o.lock_name);
-    acl = app.add_subcommand("acl");
-    acl->add_option("--key-prefix", o.key_prefix);
-    acl->add_flag("--delex", o.acl_delex);
-    acl->add_flag("--delifeq", o.acl_delifeq);
-    acl->add_flag("--admin", o.acl_admin);
-    list = app.add_subcommand("list");
-    add_connection_options(*list, o);
-    list->add_flag("--json", o.json);
-    list->add_flag("--all", o.list_all);
-    list->add_option("PATTERN", o.list_pattern);
-    break_lock = app.add_subcommand("break");
-    add_connection_options(*break_lock, o);
-    break_lock->add_option("--owner", o.break_owner);
-    break_lock->add_flag("-y,--yes", o.yes);
-    break_lock->add_option("NAME", o.lock_name);
-    bump = app.add_subcommand("bump");
-    add_connection_options(*bump, o);
-    bump->add_option("--above", o.bump_above);
-    bump->add_option("NAME", o.lock_name);
-  }
-  void add_fence() {
-    if (fence) return;
-    fence = app.add_subcommand("fence");
-    fence->add_flag("-h,--help", help);
-    fence_file = fence->add_subcommand("file");
-    // As getopt: a repeated --token counts the last time.
-    fence_file->add_option("--token", o.fence_token)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-    fence_file->add_flag("--read", o.fence_read);
-    fence_file->add_flag("-h,--help", help);
-    fence_redis = fence->add_subcommand("redis");
-    fence_redis->add_option("--resource", o.fence_resource);
-    fence_redis->add_option("--token", o.fence_token);
-    add_connection_options(*fence_redis, o);
-    fence_redis->add_flag("-h,--help", help);
-    fence_sql = fence->add_subcommand("sql");
-    fence_sql->add_flag("-h,--help", help);
-    fence->require_subcommand(0, 1);
-  }
-  void add_all() {
-    add_run();
-    add_status_and_acl();
-    add_fence();
-  }
-  Parser(const Parser&) = delete;
-  Parser& operator=(const Parser&) = delete;
-
-  // CLI11 wants argv order reversed when given a vector. `prefix` names the command in messages.
-  void parse(const std::vector<std::string>& words, std::string_view prefix) {
-    std::vector<std::string> args(words.rbegin(), words.rend());
-    try {
-      app.parse(args);
-    } catch (const CLI::ParseError& e) {
-      throw UsageError(std::string(prefix) + e.what());
-    }
-  }
+struct CommandSpec {
+  Command bit;
+  std::string_view name;  // as typed: "status", "fence redis"
+  config::Subcommand subcommand;
+  config::FenceGuard guard;
 };
 
-const CLI::Option* find_option(const std::vector<const CLI::App*>& scope, std::string_view name) {
-  for (const CLI::App* a : scope) {
-    const CLI::Option* opt = a->get_option_no_throw(std::string(name));
-    if (opt && opt->nonpositional()) return opt;
-  }
+constexpr std::array k_commands = {
+    CommandSpec{k_run, "run", config::Subcommand::run, config::FenceGuard::none},
+    CommandSpec{k_status, "status", config::Subcommand::status, config::FenceGuard::none},
+    CommandSpec{k_list, "list", config::Subcommand::list, config::FenceGuard::none},
+    CommandSpec{k_break, "break", config::Subcommand::break_lock, config::FenceGuard::none},
+    CommandSpec{k_bump, "bump", config::Subcommand::bump, config::FenceGuard::none},
+    CommandSpec{k_acl, "acl", config::Subcommand::acl, config::FenceGuard::none},
+    CommandSpec{k_fence, "fence", config::Subcommand::fence, config::FenceGuard::none},
+    CommandSpec{k_fence_file, "fence file", config::Subcommand::fence, config::FenceGuard::file},
+    CommandSpec{k_fence_redis, "fence redis", config::Subcommand::fence, config::FenceGuard::redis},
+    CommandSpec{k_fence_sql, "fence sql", config::Subcommand::fence, config::FenceGuard::sql},
+    CommandSpec{k_version, "--version", config::Subcommand::version, config::FenceGuard::none},
+};
+
+// The words recognised as a subcommand (`help` too: `fencerun help status`).
+constexpr std::array<std::string_view, 8> k_subcommand_words = {"run", "status", "list", "break",
+                                                                "bump", "acl", "fence", "help"};
+
+const CommandSpec& command_spec(unsigned bit) {
+  for (const auto& c : k_commands)
+    if (c.bit == bit) return c;
+  return k_commands.front();
+}
+
+// Sets the option in Options; `typed` is the name as the user wrote it (for messages).
+using Setter = void (*)(Options&, std::string_view typed, std::string_view value);
+
+struct OptionSpec {
+  char short_name;             // 0: none
+  std::string_view long_name;  // without the dashes
+  std::string_view value;      // the value's name in the help; empty for a flag
+  unsigned commands;
+  Setter set;                  // nullptr: -h/--help and --version, handled by the scan
+  std::string_view help;       // lines separated by '\n'
+};
+
+std::string s(std::string_view v) { return std::string(v); }
+
+// A whole number for an int option, with a message naming the option and what it expects.
+int int_value(std::string_view typed, std::string_view v, std::string_view expected) {
+  int n = 0;
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (v.empty() || ec != std::errc{} || end != v.data() + v.size())
+    throw UsageError(s(typed) + ": '" + s(v) + "' is not " + s(expected));
+  return n;
+}
+
+constexpr std::string_view k_exit_code = "an exit code (0-255)";
+
+// clang-format off
+constexpr std::array k_options = {
+  OptionSpec{'r', "redis", "URL", k_server,
+    [](Options& o, std::string_view typed, std::string_view v) {
+      if (v.empty())
+        throw UsageError(s(typed) + " is empty (an unset variable?): give a URL, or leave " + s(typed) +
+                         " out to use $FENCERUN_REDIS_URL, $REDIS_URL or redis://127.0.0.1:6379");
+      o.redis_urls.emplace_back(v);
+    },
+    "Redis to use: redis://[[user]:password@]host[:port]\n"
+    "[/db][?db=N]; rediss://... (TLS); unix:///PATH\n"
+    "[?db=N]; redis+sentinel://host:port[,host:port...]\n"
+    "/MASTER[?db=N][&sentinel_user=U] (rediss+sentinel://\n"
+    "for TLS); a Redis Cluster node works as redis://\n"
+    "(default: $FENCERUN_REDIS_URL, $REDIS_URL,\n"
+    "redis://127.0.0.1:6379); run, status, list: given 3,\n"
+    "5 or 7 times, quorum mode on that many independent\n"
+    "servers"},
+  OptionSpec{'t', "ttl", "DUR", k_run, [](Options& o, std::string_view, std::string_view v) { o.ttl = v; },
+    "lease length (default: 30s)"},
+  OptionSpec{0, "renew", "DUR", k_run, [](Options& o, std::string_view, std::string_view v) { o.renew = s(v); },
+    "renewal interval (default: ttl/3)"},
+  OptionSpec{0, "grace", "DUR", k_run, [](Options& o, std::string_view, std::string_view v) { o.grace = s(v); },
+    "time between the kill signal and SIGKILL\n(default: min(5s, ttl/6))"},
+  OptionSpec{0, "kill-signal", "SIG", k_run,
+    [](Options& o, std::string_view, std::string_view v) { o.kill_signal = v; },
+    "first signal sent to the command when the lease is\nlost or runs short (default: TERM)"},
+  OptionSpec{'w', "wait", "DUR", k_run, [](Options& o, std::string_view, std::string_view v) { o.wait = v; },
+    "wait this long for a busy lock; 'inf' (also\n'infinity', 'forever') waits forever (default: 0)"},
+  OptionSpec{0, "fair", "", k_run, [](Options& o, std::string_view, std::string_view) { o.fair = true; },
+    "waiters acquire in the order they began waiting"},
+  OptionSpec{0, "limit", "N", k_run, [](Options& o, std::string_view, std::string_view v) { o.limit = v; },
+    "up to N holders at once, each in a slot of its own\n(FENCERUN_SLOT, 0..N-1); 1 to 1024 (default: 1)"},
+  OptionSpec{'E', "conflict-exit-code", "N", k_run,
+    [](Options& o, std::string_view, std::string_view v) {
+      o.conflict_exit_code = int_value("--conflict-exit-code", v, k_exit_code);
+    },
+    "exit code when the lock is busy or the wait ran out\n(default: 75)"},
+  OptionSpec{0, "lease-lost-exit-code", "N", k_run,
+    [](Options& o, std::string_view, std::string_view v) {
+      o.lease_lost_exit_code = int_value("--lease-lost-exit-code", v, k_exit_code);
+    },
+    "exit code when the lease was lost and the command was\nstopped (default: 124)"},
+  OptionSpec{0, "timeout", "DUR", k_server, [](Options& o, std::string_view, std::string_view v) { o.timeout = v; },
+    "bound on connecting and on each Redis request\n(default: 2s)"},
+  OptionSpec{0, "key-prefix", "STR", k_server | k_acl,
+    [](Options& o, std::string_view typed, std::string_view v) {
+      if (v.empty())
+        throw UsageError(s(typed) + " is empty: fencerun's keys need a prefix of their own (default: fencerun:)");
+      o.key_prefix = v;
+    },
+    "prefix of every key and channel fencerun uses\n(default: fencerun:)"},
+  OptionSpec{0, "shell", "", k_run, [](Options& o, std::string_view, std::string_view) { o.shell = true; },
+    "run COMMAND (one string) with /bin/sh -c"},
+  OptionSpec{0, "metrics-file", "PATH", k_run,
+    [](Options& o, std::string_view, std::string_view v) { o.metrics_file = s(v); },
+    "after the run, write a Prometheus textfile there"},
+  OptionSpec{0, "min-replicas", "N", k_run,
+    [](Options& o, std::string_view, std::string_view v) {
+      o.min_replicas = int_value("--min-replicas", v, "a whole number");
+    },
+    "count the lock as acquired only once N replicas\n"
+    "confirm it (WAIT); otherwise release it and exit 69\n"
+    "(default: 0)"},
+  OptionSpec{0, "replica-timeout", "DUR", k_run,
+    [](Options& o, std::string_view, std::string_view v) { o.replica_timeout = v; },
+    "how long to wait for those replicas (default: 1s)"},
+  OptionSpec{0, "tls-ca-file", "FILE", k_server,
+    [](Options& o, std::string_view, std::string_view v) { o.tls_ca_file = v; },
+    "CA certificates to verify the server with\n(default: the system store)"},
+  OptionSpec{0, "tls-cert", "FILE", k_server, [](Options& o, std::string_view, std::string_view v) { o.tls_cert = v; },
+    "client certificate (mutual TLS)"},
+  OptionSpec{0, "tls-key", "FILE", k_server, [](Options& o, std::string_view, std::string_view v) { o.tls_key = v; },
+    "key of the client certificate\n(default: in --tls-cert)"},
+  OptionSpec{0, "tls-server-name", "NAME", k_server,
+    [](Options& o, std::string_view, std::string_view v) { o.tls_server_name = v; },
+    "name to verify in the server certificate\n(default: the host)"},
+  OptionSpec{0, "tls-insecure", "", k_server,
+    [](Options& o, std::string_view, std::string_view) { o.tls_insecure = true; },
+    "do not verify the server certificate (warns)"},
+  OptionSpec{0, "json", "", k_status | k_list, [](Options& o, std::string_view, std::string_view) { o.json = true; },
+    "print JSON"},
+  OptionSpec{0, "all", "", k_list, [](Options& o, std::string_view, std::string_view) { o.list_all = true; },
+    "also free locks that have issued tokens"},
+  OptionSpec{0, "owner", "PREFIX", k_break,
+    [](Options& o, std::string_view, std::string_view v) { o.break_owner = s(v); },
+    "only the holder whose owner id starts with PREFIX\n(8 to 32 hex digits, as status shows)"},
+  OptionSpec{'y', "yes", "", k_break, [](Options& o, std::string_view, std::string_view) { o.yes = true; },
+    "do not ask (required without a terminal)"},
+  OptionSpec{0, "above", "N", k_bump,
+    [](Options& o, std::string_view, std::string_view v) { o.bump_above = s(v); },
+    "raise the token counter so that the next token is\ngreater than N (below 2^53; tokens cannot be lowered)"},
+  OptionSpec{0, "delex", "", k_acl, [](Options& o, std::string_view, std::string_view) { o.acl_delex = true; },
+    "also allow DELEX (Redis 8.4 and later)"},
+  OptionSpec{0, "delifeq", "", k_acl, [](Options& o, std::string_view, std::string_view) { o.acl_delifeq = true; },
+    "also allow DELIFEQ (Valkey 9.0 and later)"},
+  OptionSpec{0, "admin", "", k_acl, [](Options& o, std::string_view, std::string_view) { o.acl_admin = true; },
+    "also allow what list sends (SCAN, CLUSTER NODES);\nbreak and bump need nothing more than the run rule"},
+  OptionSpec{0, "resource", "R", k_fence_redis,
+    [](Options& o, std::string_view, std::string_view v) { o.fence_resource = s(v); },
+    "the resource (default: $FENCERUN_LOCK)"},
+  OptionSpec{0, "token", "N", k_fence_file | k_fence_redis,
+    [](Options& o, std::string_view, std::string_view v) { o.fence_token = s(v); },
+    "fencing token, a positive integer below 2^53\n(default: $FENCERUN_TOKEN)"},
+  OptionSpec{0, "read", "", k_fence_file, [](Options& o, std::string_view, std::string_view) { o.fence_read = true; },
+    "admit the token and print PATH instead of writing"},
+  OptionSpec{'v', "verbose", "", k_logging,
+    [](Options& o, std::string_view, std::string_view) { ++o.verbosity; },
+    "log more (repeat for debug)"},
+  OptionSpec{'q', "quiet", "", k_logging, [](Options& o, std::string_view, std::string_view) { --o.verbosity; },
+    "log errors only"},
+  OptionSpec{0, "log-format", "FMT", k_logging,
+    [](Options& o, std::string_view, std::string_view v) { o.log_format = v; },
+    "text or json (default: text)"},
+  OptionSpec{'h', "help", "", k_every, nullptr, "show this help and exit"},
+  OptionSpec{0, "version", "", k_version, nullptr,
+    "show the version and exit (with -r: also the\nserver's name, version and release path)"},
+};
+// clang-format on
+
+const OptionSpec* find_long(std::string_view name) {
+  for (const auto& spec : k_options)
+    if (spec.long_name == name) return &spec;
   return nullptr;
 }
 
-bool is_option_word(std::string_view a) { return a.size() > 1 && a[0] == '-'; }
-bool is_help_word(std::string_view a) { return a == "-h" || a == "--help"; }
+const OptionSpec* find_short(char c) {
+  for (const auto& spec : k_options)
+    if (spec.short_name == c) return &spec;
+  return nullptr;
+}
 
-// Levenshtein distance, for "did you mean".
-std::size_t distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diag = row[0];
-    row[0] = i;
+bool is_option_word(std::string_view a) { return a.size() > 1 && a[0] == '-' && a != "--"; }
+
+// Optimal string alignment distance (Levenshtein plus the swap of two neighbours), for "did you mean";
+// a changed letter costs `substitution`.
+std::size_t distance(std::string_view a, std::string_view b, std::size_t substitution = 1) {
+  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+  for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i)
     for (std::size_t j = 1; j <= b.size(); ++j) {
-      std::size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
+      const std::size_t change = a[i - 1] == b[j - 1] ? 0 : substitution;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + change});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+
+// A first word close enough to a subcommand to be a typo of it (case ignored): a letter added or
+// dropped, two neighbours swapped (`lsit`, `stauts`, `fnce`), or, from five letters on, its letters
+// in another order (`brake`). A changed letter does not count: it makes ordinary words of the
+// subcommands (lost, last, dump, gun), which are lock names, and neither does a subcommand with
+// letters after it (fenced, runs). nullopt when none is.
+std::optional<std::string_view> misspelt_subcommand(std::string_view word) {
+  // A lock name with digits or punctuation (job1, acl-sync) is no typo of a word.
+  if (!std::ranges::all_of(word, [](char c) { return std::isalpha(static_cast<unsigned char>(c)) != 0; }))
+    return std::nullopt;
+  std::string lower(word);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::string sorted_word = lower;
+  std::ranges::sort(sorted_word);
+  for (std::string_view sub : k_subcommand_words) {
+    if (lower.size() > sub.size() && lower.starts_with(sub)) continue;  // fenced, runs: a word of its own
+    if (distance(lower, sub, 2) <= 1) return sub;
+    std::string sorted_sub(sub);
+    std::ranges::sort(sorted_sub);
+    if (sub.size() >= 5 && sorted_sub == sorted_word) return sub;
+  }
+  if (distance(lower, "version", 2) <= 1) return "--version";
+  return std::nullopt;
+}
+
+// "run", "status and list", "run, status, list and fence redis": the commands in `mask`.
+std::string command_list(unsigned mask) {
+  std::vector<std::string_view> names;
+  for (const auto& c : k_commands)
+    if ((mask & c.bit) && c.bit != k_version) names.push_back(c.name);
+  std::string out;
+  for (std::size_t i = 0; i < names.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + s(names[i]);
+  return out;
+}
+
+// The scan of one command line, word by word.
+class Scan {
+ public:
+  explicit Scan(std::span<const std::string_view> words) : m_words(words) {}
+
+  Options run_scan(unsigned start_command) {
+    if (start_command == 0) scan_top();
+    else m_command = start_command, m_explicit = true;
+    if (m_help_word) return help_for(m_help_words);
+    if (m_command == k_version) return finish_version();
+    if (m_command == k_fence) scan_fence();
+    if (m_command == k_run) return scan_run();
+    if (m_command & (k_status | k_list | k_break | k_bump | k_acl)) return scan_admin();
+    return scan_guard();
+  }
+
+ private:
+  std::span<const std::string_view> m_words;
+  std::size_t m_i = 0;
+  Options m_o;
+  unsigned m_command = 0;
+  bool m_explicit = false;  // the subcommand word was typed (`run NAME`)
+  bool m_help = false;
+  bool m_version = false;
+  bool m_help_word = false;  // `fencerun help [COMMAND...]`
+  std::vector<std::string_view> m_help_words;
+  // Every option taken, as typed, to check against the command once it is known.
+  std::vector<std::pair<std::string, const OptionSpec*>> m_seen;
+
+  bool at_end() const { return m_i >= m_words.size(); }
+  std::string_view word() const { return m_words[m_i]; }
+
+  std::string prefix() const {
+    if (m_command == 0 || m_command == k_run || m_command == k_version) return "";
+    return s(command_spec(m_command).name) + ": ";
+  }
+
+  // A usage error, prefixed with the subcommand ("status: ..."); parse() then adds where its help
+  // is (the top level's "(see fencerun --help)" comes from main).
+  [[noreturn]] void fail(const std::string& message) const {
+    throw UsageError(prefix() + message);
+  }
+
+  // The closest option name to `name` (a long option, with its dashes) among those the command
+  // (or, before it is known, any command) takes.
+  std::string suggestion(std::string_view name) const {
+    const unsigned scope = m_command && m_command != k_fence ? m_command : k_every;
+    std::string best;
+    std::size_t best_distance = 3;
+    for (const auto& spec : k_options) {
+      if (!(spec.commands & scope)) continue;
+      std::string candidate = "--" + s(spec.long_name);
+      std::size_t d = distance(name, candidate);
+      if (d < best_distance) best_distance = d, best = candidate;
+    }
+    return best.empty() ? "" : ", did you mean '" + best + "'?";
+  }
+
+  void take(const OptionSpec& spec, std::string typed, std::string_view value) {
+    if (!spec.set) {
+      (spec.long_name == "help" ? m_help : m_version) = true;
+    } else if (!m_help) {  // with --help, no value is checked
+      spec.set(m_o, typed, value);
+    }
+    m_seen.emplace_back(std::move(typed), &spec);
+  }
+
+  std::string missing_value(const OptionSpec& spec, std::string_view typed) const {
+    return s(typed) + " needs a value (" + s(spec.value) + ")";
+  }
+
+  // The option word at m_i (and its value): `--name`, `--name=value`, `--name value`, `-abc`
+  // (flags), `-tVALUE`, `-t VALUE`.
+  void take_option() {
+    std::string_view a = word();
+    ++m_i;
+    if (a.starts_with("--")) {
+      const std::size_t eq = a.find('=');
+      const std::string_view name = a.substr(0, eq);
+      const OptionSpec* spec = find_long(name.substr(2));
+      if (!spec) fail("unrecognized option '" + s(name) + "'" + suggestion(name));
+      if (spec->value.empty()) {
+        if (eq != std::string_view::npos) fail(s(name) + " takes no value, got '" + s(a.substr(eq + 1)) + "'");
+        take(*spec, s(name), {});
+        return;
+      }
+      if (eq != std::string_view::npos) return take(*spec, s(name), a.substr(eq + 1));
+      if (at_end()) fail(missing_value(*spec, name));
+      take(*spec, s(name), m_words[m_i++]);
+      return;
+    }
+    for (std::size_t k = 1; k < a.size(); ++k) {
+      const OptionSpec* spec = find_short(a[k]);
+      const std::string typed = "-" + std::string(1, a[k]);
+      if (!spec) fail("invalid option -- '" + std::string(1, a[k]) + "'");
+      if (spec->value.empty()) {
+        take(*spec, typed, {});
+        continue;
+      }
+      if (k + 1 < a.size()) return take(*spec, typed, a.substr(k + 1));
+      if (at_end()) fail(missing_value(*spec, typed));
+      return take(*spec, typed, m_words[m_i++]);
     }
   }
-  return row[b.size()];
-}
 
-// One option word, looked up in the commands of `scope`: known, or a usage error in the words of
-// getopt ("unrecognized option"). Returns whether the next word is its value.
-bool check_option(std::string_view word, const std::vector<const CLI::App*>& scope) {
-  if (word.starts_with("--")) {
-    std::string_view name = word.substr(0, word.find('='));
-    const CLI::Option* o = find_option(scope, name);
-    if (!o) {
-      std::string message = "unrecognized option '" + std::string(name) + "'";
-      std::string best;
-      std::size_t best_distance = 3;
-      for (const CLI::App* a : scope)
-        for (const CLI::Option* k : a->get_options())
-          for (const std::string& l : k->get_lnames()) {
-            std::size_t d = distance(name, "--" + l);
-            if (d < best_distance) best_distance = d, best = "--" + l;
-          }
-      if (!best.empty()) message += ", did you mean '" + best + "'?";
-      throw UsageError(message);
+  // Options before the first word, then the subcommand word, if any.
+  void scan_top() {
+    while (!at_end() && is_option_word(word())) take_option();
+    if (at_end() || word() == "--") {
+      m_command = m_version ? k_version : k_run;
+      return;
     }
-    return o->get_expected_min() > 0 && name.size() == word.size();
+    const std::string_view first = word();
+    if (first == "help") {
+      ++m_i;
+      m_help_word = true;
+      m_help_words.assign(m_words.begin() + static_cast<std::ptrdiff_t>(m_i), m_words.end());
+      return;
+    }
+    for (const auto& c : k_commands) {
+      if (c.name == first && c.bit != k_version) {
+        m_command = c.bit, m_explicit = true;
+        ++m_i;
+        return;
+      }
+    }
+    if (m_version) fail("--version takes no NAME or COMMAND, got '" + s(first) + "'");
+    if (auto sub = misspelt_subcommand(first)) {
+      if (*sub == "--version")
+        fail("'" + s(first) + "' is not a subcommand: for the version, run 'fencerun --version' (to run a command "
+             "under a lock of that name: fencerun run " + s(first) + " ...)");
+      fail("'" + s(first) + "' is not a subcommand: did you mean '" + s(*sub) +
+           "'? (to run a command under a lock of that name: fencerun run " + s(first) + " ...)");
+    }
+    m_command = k_run;  // the first word is a NAME
   }
-  // Short options: a cluster of flags (-vv), or one that takes a value, attached (-t5s) or next.
-  for (std::size_t i = 1; i < word.size(); ++i) {
-    const CLI::Option* o = find_option(scope, std::string("-") + word[i]);
-    if (!o) throw UsageError("invalid option -- '" + std::string(1, word[i]) + "'");
-    if (o->get_expected_min() > 0) return i + 1 == word.size();
+
+  // Every option taken must be one the command takes.
+  void check_options() const {
+    const CommandSpec& c = command_spec(m_command);
+    for (const auto& [typed, spec] : m_seen) {
+      if (spec->commands & m_command) continue;
+      if (spec->commands == k_version)
+        throw UsageError("--version is not an option of " + s(c.name) +
+                         ": give it alone (fencerun [-r URL] --version)");
+      const std::string where = command_list(spec->commands & ~k_version);
+      const std::string name = m_command == k_version ? "--version" : s(c.name);
+      throw UsageError(name + " does not take " + typed + (where.empty() ? "" : " (an option of " + where + ")") +
+                       "; see fencerun " + (m_command == k_version ? "" : name + " ") + "--help");
+    }
   }
-  return false;
+
+  Options help_of(std::string_view command) {
+    Options o;
+    o.subcommand = config::Subcommand::help;
+    o.help_text = help_text(command);
+    return o;
+  }
+
+  Options help_for(std::span<const std::string_view> words) {
+    std::string command;
+    for (std::string_view w : words) command += (command.empty() ? "" : " ") + s(w);
+    if (command.empty()) return help_of("");
+    const std::string text = help_text(command);
+    if (text.empty()) throw UsageError("help: no help for '" + command + "' (commands: run, status, list, break, "
+                                       "bump, acl, fence, fence file, fence redis, fence sql)");
+    return help_of(command);
+  }
+
+  Options finish_version() {
+    if (m_help) return help_of("");
+    check_options();
+    m_o.subcommand = config::Subcommand::version;
+    return std::move(m_o);
+  }
+
+  Options scan_run() {
+    // Options end at the command, as with flock(1), timeout(1) and env(1): options (and their
+    // values) are read up to NAME and after it, until `--` or the first other word; that word and
+    // everything after it are the COMMAND, untouched.
+    bool have_name = false;
+    while (!at_end()) {
+      std::string_view a = word();
+      if (a == "--") {
+        ++m_i;
+        break;
+      }
+      if (is_option_word(a)) {
+        take_option();
+        continue;
+      }
+      if (have_name) break;
+      have_name = true;
+      m_o.lock_name = a;
+      ++m_i;
+    }
+    for (; !at_end(); ++m_i) m_o.command.emplace_back(word());
+    if (m_help) return help_of(m_explicit ? "run" : "");
+    if (m_version && !m_explicit && !have_name) {
+      m_command = k_version;
+      return finish_version();
+    }
+    check_options();
+    m_o.subcommand = config::Subcommand::run;
+    if (!have_name || m_o.lock_name.empty()) throw UsageError("missing lock NAME" + std::string(k_run_usage));
+    if (m_o.command.empty()) throw UsageError("missing COMMAND" + std::string(k_run_usage));
+    return std::move(m_o);
+  }
+
+  static constexpr std::string_view k_run_usage = " (usage: fencerun [OPTIONS] NAME [--] COMMAND [ARG...])";
+
+  // status, list, break, bump, acl: options and operands, in any order; no COMMAND.
+  Options scan_admin() {
+    const std::string name = s(command_spec(m_command).name);
+    std::vector<std::string> operands;
+    for (; !at_end();) {
+      std::string_view a = word();
+      if (a == "--") {
+        throw UsageError(name + " takes no COMMAND (to run a command under a lock named '" + name +
+                         "': fencerun run " + name + " -- COMMAND)");
+      }
+      if (is_option_word(a)) {
+        take_option();
+        continue;
+      }
+      operands.emplace_back(a);
+      ++m_i;
+    }
+    if (m_help) return help_of(name);
+    check_options();
+    const std::size_t most = m_command == k_acl ? 0 : 1;
+    const std::string_view what = m_command == k_list ? "PATTERN" : "NAME";
+    if (operands.size() > most) {
+      if (most == 0)
+        throw UsageError(name + " takes no NAME, got '" + operands.front() + "'; see fencerun " + name + " --help");
+      throw UsageError(name + " takes one " + s(what) + ", got " + std::to_string(operands.size()) + " words ('" +
+                       operands[0] + "', '" + operands[1] + "'); see fencerun " + name + " --help");
+    }
+    const CommandSpec& c = command_spec(m_command);
+    m_o.subcommand = c.subcommand;
+    if (!operands.empty()) {
+      if (m_command == k_list) m_o.list_pattern = operands.front();
+      else m_o.lock_name = operands.front();
+    }
+    return std::move(m_o);
+  }
+
+  // `fence` is followed by its guard; options before the guard are the guard's.
+  void scan_fence() {
+    while (!at_end() && is_option_word(word())) take_option();
+    if (at_end()) {
+      if (m_help) return;  // `fence --help`
+      fail("missing guard (file, redis or sql)");
+    }
+    std::string_view guard = word();
+    if (guard == "help") {
+      m_help = true;
+      m_i = m_words.size();
+      return;
+    }
+    for (const auto& c : k_commands) {
+      if (c.name.starts_with("fence ") && c.name.substr(6) == guard) {
+        m_command = c.bit;
+        ++m_i;
+        return;
+      }
+    }
+    // `fence nonsense --help` is still fence's help.
+    if (std::ranges::any_of(m_words.subspan(m_i), [](std::string_view w) { return w == "-h" || w == "--help"; })) {
+      m_help = true;
+      m_i = m_words.size();
+      return;
+    }
+    fail("unknown guard '" + s(guard) + "' (expected file, redis or sql)");
+  }
+
+  // fence file, fence redis, fence sql.
+  Options scan_guard() {
+    if (m_command == k_fence) return help_of("fence");
+    const bool has_command = m_command == k_fence_redis;
+    std::vector<std::string> operands;
+    while (!at_end()) {
+      std::string_view a = word();
+      if (a == "--") {
+        ++m_i;
+        break;
+      }
+      if (is_option_word(a)) {
+        take_option();
+        continue;
+      }
+      if (has_command) break;
+      operands.emplace_back(a);
+      ++m_i;
+    }
+    for (; !at_end(); ++m_i) (has_command ? m_o.command : operands).emplace_back(word());
+    const CommandSpec& c = command_spec(m_command);
+    if (m_help) return help_of(c.name);
+    check_options();
+    m_o.subcommand = config::Subcommand::fence;
+    m_o.fence_guard = c.guard;
+    m_o.fence_operands = std::move(operands);
+    return std::move(m_o);
+  }
+};
+
+// ---- Help texts: each command's usage and description, its options from the table, its footer.
+
+// One option's lines: "  -r, --redis URL          Redis to use..." with the text at column 28
+// (27 spaces), on the next line when the name is too long.
+std::string option_lines(const OptionSpec& spec) {
+  std::string head = spec.short_name ? "  -" + std::string(1, spec.short_name) + ", " : "      ";
+  head += "--" + s(spec.long_name);
+  if (!spec.value.empty()) head += " " + s(spec.value);
+  const std::string indent(27, ' ');
+  std::string out = head;
+  if (head.size() <= 25) out += std::string(27 - head.size(), ' ');
+  else out += "\n" + indent;
+  std::string_view help = spec.help;
+  bool first = true;
+  while (!help.empty()) {
+    const std::size_t nl = help.find('\n');
+    out += (first ? "" : indent) + s(help.substr(0, nl)) + "\n";
+    first = false;
+    help = nl == std::string_view::npos ? std::string_view{} : help.substr(nl + 1);
+  }
+  return out;
 }
 
-std::vector<std::string> names_of(const CLI::App& app) {
-  std::vector<std::string> names;
-  for (const CLI::Option* opt : app.get_options()) {
-    for (const std::string& s : opt->get_snames()) names.push_back("-" + s);
-    for (const std::string& l : opt->get_lnames()) names.push_back("--" + l);
-  }
-  return names;
+// The options section of a command: every option the commands in `mask` take, in table order.
+std::string options_section(unsigned mask) {
+  std::string out = "Options:\n";
+  for (const auto& spec : k_options)
+    if (spec.commands & mask) out += option_lines(spec);
+  return out;
 }
 
-constexpr std::string_view k_fence_hint = " (see fencerun fence --help)";
+constexpr std::string_view k_password_help =
+    "Password: from the URL, else $FENCERUN_REDIS_PASSWORD, else $REDISCLI_AUTH;\n"
+    "sentinels' own password: $FENCERUN_SENTINEL_PASSWORD. Inside a job, the\n"
+    "run's server, TLS settings and credentials are inherited (fencerun(1)).\n";
 
-// The TLS options' lines, shared by `fencerun --help` and `fencerun fence redis --help`.
-constexpr std::string_view k_tls_help = R"(      --tls-ca-file FILE   CA certificates to verify the server with
-                           (default: the system store)
-      --tls-cert FILE      client certificate (mutual TLS)
-      --tls-key FILE       key of the client certificate
-                           (default: in --tls-cert)
-      --tls-server-name NAME
-                           name to verify in the server certificate
-                           (default: the host)
-      --tls-insecure       do not verify the server certificate (warns)
-)";
+constexpr std::string_view k_durations =
+    "Durations: 500ms, 30s, 1.5s, 2m30s, 1h; a bare number is seconds (0.5 = 500ms).\n";
 
-}  // namespace
-
-std::string help_text() {
-  return R"(Usage: fencerun [OPTIONS] NAME [--] COMMAND [ARG...]
-       fencerun run [OPTIONS] NAME [--] COMMAND [ARG...]
-       fencerun status [OPTIONS] NAME [--json]
-       fencerun list [OPTIONS] [PATTERN] [--all] [--json]
-       fencerun break [OPTIONS] NAME [--owner PREFIX] [--yes]
-       fencerun bump [OPTIONS] NAME --above N
-       fencerun acl [--key-prefix STR] [--delex] [--delifeq] [--admin]
-       fencerun fence file|redis|sql ...  (resource-side guards: fencerun(1))
+std::string run_help(bool top) {
+  std::string usage = top ? R"(Usage: fencerun [OPTIONS] NAME [--] COMMAND [ARG...]
+       fencerun [OPTIONS] SUBCOMMAND [OPTIONS] ...
        fencerun [-r URL] --version | --help
-
+       fencerun help [SUBCOMMAND]
+)"
+                          : R"(Usage: fencerun [OPTIONS] run [OPTIONS] NAME [--] COMMAND [ARG...]
+)";
+  std::string text = usage + R"(
 Run COMMAND while holding the lease NAME in Redis, and give it a fencing token
 (FENCERUN_TOKEN) that the protected resource can check to reject stale writers.
 The lease is renewed in the background; if it cannot be renewed in time, every
 process of the command is stopped before the lease expires. Options end at the
-first word after NAME (or at --): the rest is COMMAND and its arguments.
-
-Options:
-  -r, --redis URL          Redis to use: redis://[[user]:password@]host[:port]
-                           [/db], rediss://... (TLS), unix:///PATH[?db=N],
-                           redis+sentinel://host:port[,host:port...]/MASTER;
-                           a Redis Cluster node works as redis://
-                           (default: $FENCERUN_REDIS_URL, $REDIS_URL,
-                           redis://127.0.0.1:6379); given 3, 5 or 7 times:
-                           quorum mode on that many independent servers
-  -t, --ttl DUR            lease length (default: 30s)
-      --renew DUR          renewal interval (default: ttl/3)
-      --grace DUR          time between the kill signal and SIGKILL
-                           (default: min(5s, ttl/6))
-      --kill-signal SIG    first signal sent to the command when the lease is
-                           lost or runs short (default: TERM)
-  -w, --wait DUR           wait this long for a busy lock; 'inf' waits forever
-                           (default: 0)
-      --fair               waiters acquire in the order they began waiting
-      --limit N            up to N holders at once, each in a slot of its own
-                           (FENCERUN_SLOT, 0..N-1); 1 to 1024 (default: 1)
-  -E, --conflict-exit-code N
-                           exit code when the lock is busy or the wait ran out
-                           (default: 75)
-      --lease-lost-exit-code N
-                           exit code when the lease was lost and the command was
-                           stopped (default: 124)
-      --timeout DUR        bound on connecting and on each Redis request
-                           (default: 2s)
-      --key-prefix STR     prefix of every key fencerun writes
-                           (default: fencerun:)
-      --shell              run COMMAND (one string) with /bin/sh -c
-      --metrics-file PATH  after the run, write a Prometheus textfile there
-      --min-replicas N     count the lock as acquired only once N replicas
-                           confirm it (WAIT); otherwise release it and exit 69
-                           (default: 0)
-      --replica-timeout DUR
-                           how long to wait for those replicas (default: 1s)
-)" + std::string(k_tls_help) + R"(  -v, --verbose            log lease events (repeat for debug)
-  -q, --quiet              log errors only
-      --log-format FMT     text or json (default: text)
-      --json               status, list: print JSON
-      --all                list: also free locks that have issued tokens
-      --owner PREFIX       break: only the holder whose owner id starts with
-                           PREFIX (at least 8 hex digits, as status shows)
-  -y, --yes                break: do not ask (required without a terminal)
-      --above N            bump: raise the token counter so that the next
-                           token is greater than N
-      --delex              acl: also allow DELEX (Redis 8.4 and later)
-      --delifeq            acl: also allow DELIFEQ (Valkey 9.0 and later)
-      --admin              acl: also allow what list, break and bump send
-  -h, --help               show this help and exit
-      --version            show the version and exit (with -r: also the
-                           server's name, version and release path)
-
-Durations: 500ms, 30s, 1.5s, 2m30s, 1h; a bare number is seconds (0.5 = 500ms).
+first word after NAME (or at --): the rest is COMMAND and its arguments. A NAME
+that is a subcommand, or one letter away from one, needs 'run' before it.
+)";
+  if (top)
+    text += R"(
+Subcommands (options may come before or after the subcommand word):
+  run NAME COMMAND...      the same, explicitly (any NAME)
+  status NAME              is the lock held, by whom, its last token
+  list [PATTERN]           held locks (the server needs SCAN)
+  break NAME               delete a lock and its waiter queue
+  bump NAME --above N      raise a token counter
+  acl                      print the least-privilege Redis ACL rule
+  fence file|redis|sql     resource-side guards that check the token
+  help SUBCOMMAND          the help of a subcommand (also SUBCOMMAND --help)
+)";
+  text += "\n" + options_section(top ? (k_run | k_version) : k_run) + "\n" + std::string(k_durations) + R"(
+Environment given to COMMAND: FENCERUN_TOKEN, FENCERUN_LOCK, FENCERUN_OWNER,
+FENCERUN_TTL_MS, FENCERUN_SLOT, FENCERUN_LIMIT, FENCERUN_SERVERS,
+FENCERUN_REDIS_URL (no password), FENCERUN_CONNECTION_FD; no other FENCERUN_*.
 
 Exit status: the command's own status; 128+N if it was killed by signal N;
 64 usage error; 69 Redis unavailable; 75 lock busy; 124 lease lost;
 126 command not executable; 127 command not found; 70 internal error.
-status, list: 0 held, 3 free (nothing held), 69 unavailable.
-break: 0 broken, 3 nothing held (or no such owner), 1 not confirmed.
 
-Password: from the URL, else $FENCERUN_REDIS_PASSWORD, else $REDISCLI_AUTH;
-sentinels' own password: $FENCERUN_SENTINEL_PASSWORD.
-See fencerun(1) for details.
-)";
+)" + std::string(k_password_help) + "See fencerun(1) for details.\n";
+  return text;
 }
 
-namespace {
+std::string admin_help(std::string_view usage, std::string_view description, unsigned command,
+                       std::string_view exit_status) {
+  return "Usage: " + s(usage) + "\n\n" + s(description) + "\n" + options_section(command) + "\n" +
+         "Exit status: " + s(exit_status) + "\n" + (command & k_server ? "\n" + s(k_password_help) : "") +
+         "See fencerun(1) for details.\n";
+}
+
+std::string status_help() {
+  return admin_help("fencerun [OPTIONS] status [OPTIONS] NAME",
+                    R"(Say whether the lock NAME is held: by which host, process and owner id, for how
+much longer, with which token, and the last token issued. With --limit locks,
+every held slot. With --json, one JSON object.
+)",
+                    k_status, "0 held; 3 free; 64 usage error; 69 Redis unavailable.");
+}
+
+std::string list_help() {
+  return admin_help("fencerun [OPTIONS] list [OPTIONS] [PATTERN]",
+                    R"(List the locks held (or, with --all, also the free ones that have issued
+tokens), one line each: NAME, holder, time left, token. PATTERN is a Redis
+MATCH glob over NAMEs (* ? [abc]; default *); a NAME with those characters
+matches itself and others. Needs SCAN (fencerun acl --admin).
+)",
+                    k_list, "0 some lock listed; 3 none; 64 usage error; 69 Redis unavailable.");
+}
+
+std::string break_help() {
+  return admin_help("fencerun [OPTIONS] break [OPTIONS] NAME",
+                    R"(Delete the lock NAME (every holder, or the one --owner names) and wake its
+waiters. The holder is not stopped at once: it finds the lease gone at its next
+renewal (within --renew, 10s by default), stops its command and exits 124; a
+command that ends before then is never stopped. Asks for confirmation on a
+terminal; without one, --yes is required.
+)",
+                    k_break,
+                    "0 broken; 3 nothing held (or no such owner); 1 not confirmed;\n"
+                    "64 usage error; 69 Redis unavailable.");
+}
+
+std::string bump_help() {
+  return admin_help("fencerun [OPTIONS] bump [OPTIONS] NAME --above N",
+                    R"(Raise the token counter of NAME so that the next token is greater than N (a
+resource that accepted tokens from another counter, a restored backup). Tokens
+stay below 2^53 and a counter is never lowered: a counter raised near 2^53
+leaves the lock unusable, with no way back but deleting its keys by hand.
+)",
+                    k_bump, "0 raised (or already above N); 64 usage error;\n69 Redis unavailable.");
+}
+
+std::string acl_help() {
+  return admin_help("fencerun acl [OPTIONS]",
+                    R"(Print the least-privilege Redis ACL rule for fencerun: the commands that run,
+status, break, bump, fence redis and --version -r send, on the keys and
+channels under --key-prefix. Use it as: redis-cli ACL SETUSER locker on
+'>PASSWORD' $(fencerun acl).
+)",
+                    k_acl, "0; 64 usage error.");
+}
 
 std::string fence_help() {
   return R"(Usage: fencerun fence file [--token N] [--read] [--] PATH
@@ -343,9 +746,8 @@ than the greatest token the resource has accepted.
                         (postgresql), a procedure (mysql, also mariadb) or a
                         view with a trigger (sqlite)
 
-Options:
-  -h, --help            show this help and exit (after a guard: its options)
-
+)" + options_section(k_fence) +
+         R"(
 The token comes from --token N, else $FENCERUN_TOKEN (a positive integer below
 2^53). A token equal to the greatest accepted one is accepted.
 
@@ -358,7 +760,7 @@ See fencerun(1) for details.
 }
 
 std::string fence_file_help() {
-  return R"(Usage: fencerun fence file [--token N] [--read] [--] PATH
+  return R"(Usage: fencerun fence file [OPTIONS] [--] PATH
 
 Replace PATH with standard input, only when the fencing token is not older
 than the greatest token PATH has accepted: the data goes to a temporary file,
@@ -371,12 +773,8 @@ accepted, or reject it when stale) and print PATH on standard output, so that
 an older owner's later write is rejected: fence the read of every
 read-modify-write, then write with the same token.
 
-Options:
-      --token N            fencing token, a positive integer below 2^53
-                           (default: $FENCERUN_TOKEN)
-      --read               admit the token and print PATH instead of writing
-  -h, --help               show this help and exit
-
+)" + options_section(k_fence_file) +
+         R"(
 Exit status: 0 accepted; 77 stale token rejected; 64 usage error, also a
 missing or malformed token; 1 the write failed (I/O error, a side file that is
 a symbolic link); 128+N stopped by signal N before its commit (nothing
@@ -391,33 +789,18 @@ Run the Redis command CMD only when the fencing token is not older than the
 greatest token accepted for resource R: one script compares the token with
 <prefix>{R}:fence, runs CMD, records the token, and prints CMD's reply.
 Options end at CMD (or at --); CMD and its arguments reach Redis byte for
-byte, at most )" + std::to_string(config::k_fence_max_command_words) + R"( words.
+byte, at most )" + std::to_string(config::k_fence_max_command_words) + R"( words. Inside a fencerun job, the run's server,
+TLS settings and credentials are used unless -r is given.
 
-Options:
-      --resource R         the resource (default: $FENCERUN_LOCK)
-      --token N            fencing token, a positive integer below 2^53
-                           (default: $FENCERUN_TOKEN)
-  -r, --redis URL          Redis to use, the URLs of run (default:
-                           $FENCERUN_REDIS_URL, $REDIS_URL,
-                           redis://127.0.0.1:6379)
-      --timeout DUR        bound on connecting and on the request
-                           (default: 2s)
-      --key-prefix STR     prefix of the fence key (default: fencerun:)
-)" + std::string(k_tls_help) + R"(  -v, --verbose            log more (repeat for debug)
-  -q, --quiet              log errors only
-      --log-format FMT     text or json (default: text)
-  -h, --help               show this help and exit
-
-Password: from the URL, else $FENCERUN_REDIS_PASSWORD, else $REDISCLI_AUTH;
-sentinels' own password: $FENCERUN_SENTINEL_PASSWORD.
-
+)" + options_section(k_fence_redis) +
+         "\n" + s(k_password_help) + R"(
 Exit status: 0 accepted; 77 stale token rejected; 64 usage error, also a
 missing or malformed token; 69 Redis unavailable; 1 an error reply from CMD.
 )";
 }
 
 std::string fence_sql_help() {
-  return R"(Usage: fencerun fence sql postgresql|mysql|sqlite
+  return R"(Usage: fencerun fence sql [OPTIONS] postgresql|mysql|sqlite
 
 Print the schema of the SQL guard for a database, to load once and use in the
 writer's own transaction, before its writes:
@@ -432,15 +815,31 @@ writer's own transaction, before its writes:
 A malformed token raises SQLSTATE 22023 (sqlite: "fencerun: invalid fencing
 token"). The same files are installed in share/fencerun.
 
-Options:
-  -h, --help               show this help and exit
-)";
+)" + options_section(k_fence_sql);
+}
+
+std::vector<std::string> names_of(unsigned mask) {
+  std::vector<std::string> names;
+  for (const auto& spec : k_options) {
+    if (!(spec.commands & mask)) continue;
+    if (spec.short_name) names.push_back("-" + std::string(1, spec.short_name));
+    names.push_back("--" + s(spec.long_name));
+  }
+  return names;
 }
 
 }  // namespace
 
+std::string help_text() { return run_help(true); }
+
 std::string help_text(std::string_view command) {
   if (command.empty()) return help_text();
+  if (command == "run") return run_help(false);
+  if (command == "status") return status_help();
+  if (command == "list") return list_help();
+  if (command == "break") return break_help();
+  if (command == "bump") return bump_help();
+  if (command == "acl") return acl_help();
   if (command == "fence") return fence_help();
   if (command == "fence file") return fence_file_help();
   if (command == "fence redis") return fence_redis_help();
@@ -448,208 +847,50 @@ std::string help_text(std::string_view command) {
   return {};
 }
 
+std::vector<std::string> help_commands() {
+  return {"", "run", "status", "list", "break", "bump", "acl", "fence", "fence file", "fence redis", "fence sql"};
+}
+
 std::vector<DeclaredOptions> declared_options() {
-  Parser p;
-  p.add_all();
-  return {{"", names_of(p.app)},
-          {"run", names_of(*p.run)},
-          {"status", names_of(*p.status)},
-          {"acl", names_of(*p.acl)},
-          {"list", names_of(*p.list)},
-          {"break", names_of(*p.break_lock)},
-          {"bump", names_of(*p.bump)},
-          {"fence", names_of(*p.fence)},
-          {"fence file", names_of(*p.fence_file)},
-          {"fence redis", names_of(*p.fence_redis)},
-          {"fence sql", names_of(*p.fence_sql)}};
+  std::vector<DeclaredOptions> out;
+  out.push_back({"", names_of(k_run | k_version)});
+  for (const auto& c : k_commands)
+    if (c.bit != k_version) out.push_back({s(c.name), names_of(c.bit)});
+  return out;
 }
 
 config::Options parse_fence(const std::vector<std::string_view>& words) {
-  Parser p{Parser::WithoutTopLevel{}};
-  p.add_fence();
-  config::Options& o = p.o;
-  if (words.empty()) throw UsageError("fence: missing guard (file, redis or sql)");
-  std::string_view guard = words.front();
-  const bool help_next = words.size() > 1 && is_help_word(words[1]);
-  CLI::App* app = nullptr;
-  std::string command = "fence";
-  if (is_help_word(guard) || guard == "help") {
-    // `fence --help`, `fence help`
-  } else if (guard == "file") {
-    app = p.fence_file, o.fence_guard = config::FenceGuard::file;
-  } else if (guard == "redis") {
-    app = p.fence_redis, o.fence_guard = config::FenceGuard::redis;
-  } else if (guard == "sql") {
-    app = p.fence_sql, o.fence_guard = config::FenceGuard::sql;
-  } else if (!help_next) {
-    throw UsageError("fence: unknown guard '" + std::string(guard) + "' (expected file, redis or sql)");
-  }
-  if (!app) {
-    o.subcommand = config::Subcommand::help;
-    o.help_text = fence_help();
-    return o;
-  }
-  command += " " + std::string(guard);
-  const std::string prefix = command + ": ";
-
-  // Options, and their values, up to `--`; for `fence redis` also up to the first other word, which
-  // starts CMD. Those words, and every word after the `--`, are operands (PATH, the dialect) or CMD,
-  // untouched: CLI11 sees only the options.
-  const bool has_command = o.fence_guard == config::FenceGuard::redis;
-  std::vector<std::string> before = {"fence", std::string(guard)};
-  std::vector<std::string> operands;
-  bool help = false;
-  std::size_t i = 1;
-  for (; i < words.size(); ++i) {
-    std::string_view a = words[i];
-    if (a == "--") {
-      ++i;
-      break;
-    }
-    if (!is_option_word(a)) {
-      if (has_command) break;
-      operands.emplace_back(a);
-      continue;
-    }
-    help = help || is_help_word(a);
-    bool takes_value = false;
-    try {
-      takes_value = check_option(a, {app});
-    } catch (const UsageError& e) {
-      throw UsageError(prefix + e.what());
-    }
-    before.emplace_back(a);
-    if (takes_value && i + 1 < words.size()) before.emplace_back(words[++i]);
-  }
-  for (; i < words.size(); ++i) (has_command ? o.command : operands).emplace_back(words[i]);
-  if (help) {
-    o = config::Options{};
-    o.subcommand = config::Subcommand::help;
-    o.help_text = help_text(command);
-    return o;
-  }
-
-  p.parse(before, prefix);
-  o.subcommand = config::Subcommand::fence;
-  o.fence_operands = std::move(operands);
-  return o;
+  Scan scan(words);
+  return scan.run_scan(k_fence);
 }
 
 config::Options parse(int argc, const char* const* argv) {
-  // `fencerun --version` and `fencerun --help` alone are answered without building the parser (its
-  // dozens of options cost more than the rest of the start-up). A single word is no option's value,
-  // so the answer is the one the full scan below would give.
+  // `fencerun --version` and `fencerun --help` alone are answered without the scan.
   if (argc == 2) {
     std::string_view only = argv[1];
-    if (only == "--version" || is_help_word(only)) {
+    if (only == "--version" || only == "-h" || only == "--help") {
       config::Options o;
       o.subcommand = only == "--version" ? config::Subcommand::version : config::Subcommand::help;
       if (o.subcommand == config::Subcommand::help) o.help_text = help_text();
       return o;
     }
   }
-  if (argc > 1 && std::string_view(argv[1]) == "fence") {
-    std::vector<std::string_view> words(argv + 2, argv + argc);
-    try {
-      return parse_fence(words);
-    } catch (const UsageError& e) {
-      throw UsageError(e.what() + std::string(k_fence_hint));
+  std::vector<std::string_view> words(argv + 1, argv + argc);
+  Scan scan(words);
+  config::Options o;
+  try {
+    o = scan.run_scan(0);
+  } catch (const UsageError& e) {
+    // A subcommand's messages point at its own help.
+    std::string_view message = e.what();
+    if (message.find("--help") != std::string_view::npos) throw;
+    std::string_view command;  // the longest command name the message starts with
+    for (const auto& c : k_commands) {
+      if (c.bit == k_version || c.bit == k_run || c.name.size() <= command.size()) continue;
+      if (message.starts_with(s(c.name) + ": ") || message.starts_with(s(c.name) + " ")) command = c.name;
     }
-  }
-
-  Parser p;  // `fence` only as the first word (above): elsewhere it is a lock NAME
-  config::Options& o = p.o;
-  // An option word is looked up in the top-level command first; one it does not know is looked up
-  // again, and reported, with status and acl added (their options may come before their name).
-  std::vector<const CLI::App*> scope = {&p.app};
-  auto takes_value = [&](std::string_view word) {
-    if (!p.status) {
-      try {
-        return check_option(word, scope);
-      } catch (const UsageError&) {
-        p.add_status_and_acl();
-        scope = {&p.app, p.status, p.acl, p.list, p.break_lock, p.bump};
-      }
-    }
-    return check_option(word, scope);
-  };
-  // Options end at the command, as with flock(1), timeout(1) and env(1): options (and their values)
-  // are read up to NAME and after it, until `--` or the first other word; that word and everything
-  // after it are the COMMAND, untouched. CLI11 sees only what comes before (it would re-interpret
-  // the command's arguments).
-  std::vector<std::string> before;
-  int i = 1;
-  bool saw_separator = false;
-  bool first_word = true;
-  bool have_name = false;
-  bool other_subcommand = false;  // status, acl: no COMMAND, every word is theirs
-  for (; i < argc; ++i) {
-    std::string_view a = argv[i];
-    if (a == "--") {
-      saw_separator = true;
-      ++i;
-      break;
-    }
-    if (is_option_word(a)) {
-      before.emplace_back(a);
-      if (!other_subcommand && takes_value(a) && i + 1 < argc) before.emplace_back(argv[++i]);
-      continue;
-    }
-    if (first_word) {
-      first_word = false;
-      const bool admin = a == "status" || a == "acl" || a == "list" || a == "break" || a == "bump";
-      if (admin) other_subcommand = true, p.add_status_and_acl();
-      if (a == "run") p.add_run();
-      if (admin || a == "run") {
-        before.emplace_back(a);
-        continue;
-      }
-    }
-    if (other_subcommand || !have_name) {
-      have_name = !other_subcommand;
-      before.emplace_back(a);
-      continue;
-    }
-    break;  // the first word after NAME: the command starts here
-  }
-  for (; i < argc; ++i) o.command.emplace_back(argv[i]);
-
-  bool version = false;
-  for (const auto& a : before) {
-    if (a == "-h" || a == "--help") {
-      o.subcommand = config::Subcommand::help;
-      o.help_text = help_text();
-      return o;
-    }
-    version = version || a == "--version";
-  }
-
-  p.parse(before, "");
-  if (version) {
-    // With a server named (-r), --version also says what that server is.
-    o.subcommand = config::Subcommand::version;
-    return o;
-  }
-  if (p.acl && p.acl->parsed()) {
-    o.subcommand = config::Subcommand::acl;
-    if (saw_separator) throw UsageError("acl takes no COMMAND");
-  } else if (p.list && (p.list->parsed() || p.break_lock->parsed() || p.bump->parsed())) {
-    const std::string_view which = p.list->parsed() ? "list" : p.break_lock->parsed() ? "break" : "bump";
-    o.subcommand = p.list->parsed()         ? config::Subcommand::list
-                   : p.break_lock->parsed() ? config::Subcommand::break_lock
-                                            : config::Subcommand::bump;
-    if (saw_separator) throw UsageError(std::string(which) + " takes no COMMAND");
-  } else if (p.status && p.status->parsed()) {
-    o.subcommand = config::Subcommand::status;
-    if (saw_separator)
-      throw UsageError("status takes no COMMAND (to run a command under a lock named 'status': "
-                       "fencerun run status -- COMMAND)");
-  } else {
-    o.subcommand = config::Subcommand::run;
-    if (!saw_separator && o.command.empty() && !o.lock_name.empty()) {
-      if (o.lock_name == "help") throw UsageError("for help, run 'fencerun --help'");
-      throw UsageError("missing COMMAND (fencerun [OPTIONS] NAME [--] COMMAND [ARG...])");
-    }
+    if (command.empty()) throw;
+    throw UsageError(std::string(message) + " (see fencerun " + s(command) + " --help)");
   }
   return o;
 }

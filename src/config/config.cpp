@@ -1,10 +1,13 @@
 #include "config/config.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -101,33 +104,122 @@ std::expected<void, std::string> validate_lock_name(std::string_view name) {
 
 namespace {
 
+bool uses_tls(const RedisEndpoint& e) {
+  return e.transport == RedisEndpoint::Transport::tls ||
+         (e.transport == RedisEndpoint::Transport::sentinel && e.sentinel_tls);
+}
+
 // One -r URL (or the environment's, or the default) with the passwords of the environment and the TLS
 // options, which apply to every server.
-RedisEndpoint endpoint_option(const std::string& url, const Options& o, const GetEnv& getenv) {
+// What a fencerun run shares with the fencerun commands of its job (share_connection()).
+struct Inherited {
+  std::optional<std::string> password;
+  std::optional<std::string> sentinel_password;
+  TlsSettings tls;
+};
+
+RedisEndpoint endpoint_option(const std::string& url, const Options& o, const GetEnv& getenv,
+                              std::string_view source = "--redis", const Inherited* inherited = nullptr) {
   auto endpoint = parse_redis_url(url);
-  if (!endpoint) throw UsageError("--redis: " + endpoint.error());
+  if (!endpoint) {
+    std::string message = std::string(source) + ": " + endpoint.error();
+    // A password holding '@', ':' or '/' cuts the URL at the wrong place.
+    if (url.find('@') != std::string::npos && url.find("://") != std::string::npos)
+      message += " (a password with '@', ':' or '/' must be percent-encoded as %40, %3A, %2F, or given in "
+                 "$FENCERUN_REDIS_PASSWORD)";
+    throw UsageError(message);
+  }
   RedisEndpoint e = std::move(*endpoint);
+  if (!e.password && inherited) e.password = inherited->password;
   if (!e.password) {
     auto pw = getenv("FENCERUN_REDIS_PASSWORD");
     if (!pw || pw->empty()) pw = getenv("REDISCLI_AUTH");
     if (pw && !pw->empty()) e.password = *pw;
   }
+  // AUTH needs a password with a user name; a user with `nopass` accepts any.
+  if (!e.user.empty() && !e.password)
+    throw UsageError(std::string(source) + ": no password for user '" + e.user +
+                     "': give it in the URL (redis://" + e.user +
+                     ":PASSWORD@...) or in $FENCERUN_REDIS_PASSWORD");
   if (e.transport == RedisEndpoint::Transport::sentinel) {
     auto pw = getenv("FENCERUN_SENTINEL_PASSWORD");
     if (pw && !pw->empty()) e.sentinel_password = *pw;
+    if (!e.sentinel_password && inherited) e.sentinel_password = inherited->sentinel_password;
   }
+  const bool tls_options = !o.tls_ca_file.empty() || !o.tls_cert.empty() || !o.tls_key.empty() ||
+                           !o.tls_server_name.empty() || o.tls_insecure;
   auto& tls = e.tls;
   tls.ca_file = o.tls_ca_file;
   tls.cert_file = o.tls_cert;
   tls.key_file = o.tls_key;
   tls.server_name = o.tls_server_name;
   tls.insecure = o.tls_insecure;
+  if (!tls_options && inherited) tls = inherited->tls;
   return e;
 }
 
-bool uses_tls(const RedisEndpoint& e) {
-  return e.transport == RedisEndpoint::Transport::tls ||
-         (e.transport == RedisEndpoint::Transport::sentinel && e.sentinel_tls);
+// ---- The connection shared with the job: a sealed memfd, inherited by the command's processes.
+
+constexpr std::string_view k_shared_magic = "fencerun-connection 1\n";
+
+std::string escape_value(std::string_view v) {
+  std::string out;
+  for (char ch : v) {
+    if (ch == '%') out += "%25";
+    else if (ch == '\n') out += "%0A";
+    else out += ch;
+  }
+  return out;
+}
+
+std::string unescape_value(std::string_view v) {
+  std::string out;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (v[i] == '%' && v.substr(i, 3) == "%25") out += '%', i += 2;
+    else if (v[i] == '%' && v.substr(i, 3) == "%0A") out += '\n', i += 2;
+    else out += v[i];
+  }
+  return out;
+}
+
+// The memfd named by $FENCERUN_CONNECTION_FD, when it is one that a run wrote for `url` (the job's
+// $FENCERUN_REDIS_URL): sealed against writes, with the header and the same URL. Anything else (a
+// closed or reused descriptor, another run's) is ignored.
+std::optional<Inherited> read_inherited(const GetEnv& getenv, const std::string& url) {
+  auto fd_text = getenv("FENCERUN_CONNECTION_FD");
+  if (!fd_text || fd_text->empty()) return std::nullopt;
+  int fd = -1;
+  auto [end, ec] = std::from_chars(fd_text->data(), fd_text->data() + fd_text->size(), fd);
+  if (ec != std::errc{} || end != fd_text->data() + fd_text->size() || fd < 3) return std::nullopt;
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || !(seals & F_SEAL_WRITE)) return std::nullopt;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || st.st_size <= 0 || st.st_size > 65536) return std::nullopt;
+  std::string text(static_cast<std::size_t>(st.st_size), '\0');
+  if (::pread(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) return std::nullopt;
+  if (!text.starts_with(k_shared_magic)) return std::nullopt;
+  Inherited in;
+  bool same_url = false;
+  std::string_view rest = std::string_view(text).substr(k_shared_magic.size());
+  while (!rest.empty()) {
+    const std::size_t nl = rest.find('\n');
+    std::string_view line = rest.substr(0, nl);
+    rest = nl == std::string_view::npos ? std::string_view{} : rest.substr(nl + 1);
+    const std::size_t eq = line.find('=');
+    if (eq == std::string_view::npos) continue;
+    const std::string_view key = line.substr(0, eq);
+    std::string value = unescape_value(line.substr(eq + 1));
+    if (key == "url") same_url = value == url;
+    else if (key == "password") in.password = std::move(value);
+    else if (key == "sentinel_password") in.sentinel_password = std::move(value);
+    else if (key == "tls_ca_file") in.tls.ca_file = std::move(value);
+    else if (key == "tls_cert") in.tls.cert_file = std::move(value);
+    else if (key == "tls_key") in.tls.key_file = std::move(value);
+    else if (key == "tls_server_name") in.tls.server_name = std::move(value);
+    else if (key == "tls_insecure") in.tls.insecure = value == "1";
+  }
+  if (!same_url) return std::nullopt;
+  return in;
 }
 
 // Quorum mode's list: 3, 5 or 7 distinct servers, all with TLS or none (the --tls-* options are
@@ -188,9 +280,12 @@ CommonConfig make_common_config(const Options& o, const GetEnv& getenv) {
       throw UsageError("$FENCERUN_REDIS_URL names several servers (set by a quorum-mode fencerun); give the server "
                        "to use with -r URL");
   }
+  // Inside a run's job: the run's password and TLS settings, from the descriptor it shared.
+  std::optional<Inherited> inherited;
+  if (!url.empty() && c.url_source == "$FENCERUN_REDIS_URL") inherited = read_inherited(getenv, url);
   if (url.empty()) url = getenv("REDIS_URL").value_or(""), c.url_source = "$REDIS_URL";
   if (url.empty()) url = "redis://127.0.0.1:6379", c.url_source = "the default";
-  c.endpoint = endpoint_option(url, o, getenv);
+  c.endpoint = endpoint_option(url, o, getenv, c.url_source, inherited ? &*inherited : nullptr);
   if (!o.tls_key.empty() && o.tls_cert.empty()) throw UsageError("--tls-key: needs --tls-cert as well");
   c.redacted_url = redacted_url(c.endpoint);
   if (!c.servers.empty()) {
@@ -217,6 +312,39 @@ CommonConfig make_common_config(const Options& o, const GetEnv& getenv) {
   return c;
 }
 
+int share_connection(const CommonConfig& c) {
+  if (!c.servers.empty()) return -1;  // quorum mode: a nested command names its server with -r
+  const RedisEndpoint& e = c.endpoint;
+  auto absolute = [](const std::string& path) {
+    if (path.empty()) return path;
+    std::error_code ec;
+    auto p = std::filesystem::absolute(path, ec);
+    return ec ? path : p.string();
+  };
+  std::string text(k_shared_magic);
+  auto line = [&text](std::string_view key, std::string_view value) {
+    text += std::string(key) + "=" + escape_value(value) + "\n";
+  };
+  line("url", c.redacted_url);
+  if (e.password) line("password", *e.password);
+  if (e.sentinel_password) line("sentinel_password", *e.sentinel_password);
+  if (!e.tls.ca_file.empty()) line("tls_ca_file", absolute(e.tls.ca_file));
+  if (!e.tls.cert_file.empty()) line("tls_cert", absolute(e.tls.cert_file));
+  if (!e.tls.key_file.empty()) line("tls_key", absolute(e.tls.key_file));
+  if (!e.tls.server_name.empty()) line("tls_server_name", e.tls.server_name);
+  if (e.tls.insecure) line("tls_insecure", "1");
+  // Not close-on-exec: the command inherits it. Sealed: nothing in the job can change it.
+  const int fd = ::memfd_create("fencerun-connection", MFD_ALLOW_SEALING);
+  if (fd < 0) return -1;
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+                  ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) == 0;
+  if (!ok) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 void check_tls_files(const TlsSettings& tls) {
   readable_file_option("--tls-ca-file", tls.ca_file);
   readable_file_option("--tls-cert", tls.cert_file);
@@ -230,6 +358,12 @@ Config make_config(const Options& o, const GetEnv& getenv, const ParseSignal& pa
 
   c.common = make_common_config(o, getenv);
   check_tls_files(c.common.endpoint.tls);
+  // TLS options on a plain connection would be ignored: the user meant TLS.
+  const bool tls_options = !o.tls_ca_file.empty() || !o.tls_cert.empty() || !o.tls_key.empty() ||
+                           !o.tls_server_name.empty() || o.tls_insecure;
+  if (tls_options && !uses_tls(c.common.endpoint))
+    throw UsageError("--tls-*: TLS options given, but " + c.common.url_source + " names " +
+                     c.common.redacted_url + ", not a TLS URL (use rediss:// or rediss+sentinel://)");
   const bool quorum = !c.common.servers.empty();
   if (quorum && o.subcommand != Subcommand::run && o.subcommand != Subcommand::status &&
       o.subcommand != Subcommand::list && o.subcommand != Subcommand::version)
@@ -245,7 +379,11 @@ Config make_config(const Options& o, const GetEnv& getenv, const ParseSignal& pa
     c.list_all = o.list_all;
     if (o.list_pattern) {
       // A glob of names: what a NAME may hold, plus the glob characters (which names may hold too).
-      if (auto ok = validate_lock_name(*o.list_pattern); !ok) throw UsageError("list: PATTERN: " + ok.error());
+      if (auto ok = validate_lock_name(*o.list_pattern); !ok) {
+        std::string message = ok.error();  // "lock NAME ...": the same rule, said of PATTERN
+        message.replace(0, std::string_view("lock NAME").size(), "PATTERN");
+        throw UsageError("list: " + message);
+      }
       c.list_pattern = *o.list_pattern;
     }
     return c;
@@ -310,7 +448,7 @@ Config make_config(const Options& o, const GetEnv& getenv, const ParseSignal& pa
     throw UsageError("--replica-timeout: " + format_duration(c.run.replica_timeout) +
                      " must be shorter than half of --ttl " + format_duration(c.run.timing.ttl));
 
-  if (o.command.empty()) throw UsageError("missing COMMAND (usage: fencerun [OPTIONS] NAME -- COMMAND [ARG...])");
+  if (o.command.empty()) throw UsageError("missing COMMAND (usage: fencerun [OPTIONS] NAME [--] COMMAND [ARG...])");
   if (o.shell) {
     if (o.command.size() != 1)
       throw UsageError("--shell takes exactly one COMMAND string (quote it), got " +

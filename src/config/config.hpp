@@ -100,6 +100,15 @@ CommonConfig make_common_config(const Options& options, const GetEnv& getenv);
 // group's master name, sentinels and db. Quorum mode refuses a list that names one server twice.
 std::string server_identity(const RedisEndpoint& endpoint);
 
+// The connection a run shares with the fencerun commands of its job (a nested `fence redis`, status,
+// run): a sealed memfd, not close-on-exec, holding the run's redacted URL, its passwords and TLS
+// settings (file paths made absolute). The command gets its number in $FENCERUN_CONNECTION_FD and
+// the URL in $FENCERUN_REDIS_URL; make_common_config() reads it when the URL comes from
+// $FENCERUN_REDIS_URL and is the one recorded. The password is in no environment, argument, log
+// or file. Returns the descriptor (the caller closes it once the command has started), or -1 in
+// quorum mode or when memfd_create fails (the job then gets no credentials).
+int share_connection(const CommonConfig& common);
+
 // Throws UsageError naming the option and the path when --tls-ca-file, --tls-cert or --tls-key names
 // something that cannot be opened for reading (missing, unreadable, a directory): a typo found before
 // connecting rather than reported as an unavailable server. Empty paths are not checked.

@@ -113,6 +113,7 @@ class RedisHeldLease final : public KeptLease {
             {"FENCERUN_OWNER", m_request.owner},
             {"FENCERUN_TTL_MS", std::to_string(m_request.timing.ttl.count())},
             {"FENCERUN_REDIS_URL", m_target.redacted_url},
+            {"FENCERUN_SERVERS", "1"},
             {"FENCERUN_SLOT", std::to_string(m_acquired.slot)},
             {"FENCERUN_LIMIT", std::to_string(m_request.limit)}};
   }

@@ -233,7 +233,8 @@ Result<std::unique_ptr<Client::Connection>> Client::open_node(const RedisEndpoin
     return std::unexpected(Error{Error::Kind::auth, "authentication failed at " + conn->where + ": " + refused.str});
   }
   if (node.db != 0 && (*result)[i++].is_error())
-    return std::unexpected(Error{Error::Kind::auth, "SELECT " + db + " failed: " + (*result)[i - 1].str});
+    return std::unexpected(Error{Error::Kind::database, "SELECT " + db + " failed: " + (*result)[i - 1].str +
+                                                            " (the database number in the URL)"});
   if (check_master) {
     const Reply& role = (*result)[i++];
     if (!role.is_array() || role.elements.empty() || role.elements[0].str != "master")

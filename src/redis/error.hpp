@@ -13,7 +13,8 @@ struct Error {
   enum class Kind {
     timeout,     // the deadline passed before the reply arrived (the request may have run)
     connection,  // connect, read or write failed; the connection is closed
-    auth,        // AUTH or SELECT was refused, or the server demands a password
+    auth,        // AUTH was refused, or the server demands a password
+    database,    // SELECT was refused: the URL names a database the server does not have
     protocol,    // the server sent something that is not RESP, or an unexpected reply shape
     migrating,   // a multi-key request refused (TRYAGAIN, not run) while a Cluster slot migrates
   };
@@ -30,6 +31,7 @@ inline const char* to_string(Error::Kind kind) {
     case Error::Kind::timeout: return "timeout";
     case Error::Kind::connection: return "connection";
     case Error::Kind::auth: return "auth";
+    case Error::Kind::database: return "database";
     case Error::Kind::protocol: return "protocol";
     case Error::Kind::migrating: return "migrating";
   }

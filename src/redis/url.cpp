@@ -121,7 +121,7 @@ std::expected<RedisEndpoint, std::string> parse_redis_url(std::string_view url) 
   RedisEndpoint ep;
   auto scheme_end = url.find("://");
   if (scheme_end == std::string_view::npos)
-    return std::unexpected("not a Redis URL (expected redis://, rediss:// or unix://)");
+    return std::unexpected("not a Redis URL (expected redis://, rediss://, unix:// or redis+sentinel://)");
   std::string_view scheme = url.substr(0, scheme_end);
   std::string_view rest = url.substr(scheme_end + 3);
 

@@ -210,10 +210,11 @@ TEST_F(AclTest, PasswordFromEnvironmentWithUserInUrl) {
                        {{"FENCERUN_REDIS_PASSWORD", kPassword}, {"REDISCLI_AUTH", kWrongPassword}});
   ASSERT_EQ(both.exit_code, 0) << both;
 
-  // Without any password the user cannot log in.
+  // Without any password: a usage error that says so, before connecting.
   RunResult none = run(sh_args(url_user_only, "job", "touch ran", {"-vv"}));
   note("acl user without password", none);
-  EXPECT_EQ(none.exit_code, 69) << none;
+  EXPECT_EQ(none.exit_code, 64) << none;
+  EXPECT_NE(none.err.find("no password for user 'fr'"), std::string::npos) << none;
   EXPECT_FALSE(std::filesystem::exists(file("ran")));
 
   RunResult s = run({"status", "-r", url_user_only, "job"}, {{"FENCERUN_REDIS_PASSWORD", kPassword}});

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Checks that the documentation follows the program.
 
-    check_docs.py options    FENCERUN SOURCE_DIR   every --long option of `fencerun --help` is in
-                                                   the man page and in all three completions, and
-                                                   so are the subcommands
+    check_docs.py options    FENCERUN SOURCE_DIR   every --long option of `fencerun --help` and of
+                                                   every subcommand's own help is in the man page
+                                                   and in all three completions, and so are the
+                                                   subcommands
     check_docs.py golden     FENCERUN SOURCE_DIR   `fencerun --help` equals tests/docs/help.golden
     check_docs.py complete   FENCERUN SOURCE_DIR   the bash and fish completions really offer every
                                                    option and subcommand (exit 77: skipped)
@@ -23,16 +24,26 @@ import shutil
 import subprocess
 import sys
 
-SUBCOMMANDS = ["run", "status", "list", "break", "bump", "acl", "fence"]
+SUBCOMMANDS = ["run", "status", "list", "break", "bump", "acl", "fence", "help"]
+# Every command with a help of its own (`fencerun help CMD`), and the words that select it.
+HELP_COMMANDS = [[], ["run"], ["status"], ["list"], ["break"], ["bump"], ["acl"], ["fence"], ["fence", "file"],
+                 ["fence", "redis"], ["fence", "sql"]]
 FENCE_GUARDS = ["file", "redis", "sql"]
 SKIP = 77
 
 
-def help_text(fencerun):
-    r = subprocess.run([fencerun, "--help"], capture_output=True, text=True, timeout=20)
+def help_text(fencerun, command=()):
+    """`fencerun --help`, or the help of one command (`fencerun CMD... --help`)."""
+    r = subprocess.run([fencerun, *command, "--help"], capture_output=True, text=True, timeout=20)
     if r.returncode != 0:
-        sys.exit(f"`fencerun --help` exited {r.returncode}: {r.stderr}")
+        sys.exit(f"`fencerun {' '.join(command)} --help` exited {r.returncode}: {r.stderr}")
     return r.stdout
+
+
+def section_options(text):
+    """The --long options of a help text's "Options:" section: what that command takes."""
+    section = text.split("\nOptions:\n", 1)[-1].split("\n\n", 1)[0]
+    return [m.group(1) for m in re.finditer(r"^ {2}(?:-\w, | {4})(--[a-z][a-z0-9-]*)", section, re.M)]
 
 
 def long_options(text):
@@ -56,6 +67,14 @@ def word(opt):
 
 def check_options(fencerun, src):
     options = long_options(help_text(fencerun))
+    # Every subcommand's and guard's own options too.
+    for command in HELP_COMMANDS:
+        own = help_text(fencerun, command)
+        if command and own == help_text(fencerun):
+            sys.exit(f"`fencerun {' '.join(command)} --help` prints the top-level help, not its own")
+        for opt in section_options(own):
+            if opt not in options:
+                options.append(opt)
     if len(options) < 20:
         sys.exit(f"found only {len(options)} options in `fencerun --help`: {options}; is the parser right?")
     man = read(os.path.join(src, "man", "fencerun.1.adoc"))
@@ -128,7 +147,8 @@ def check_golden(fencerun, src):
     print("fencerun --help matches tests/docs/help.golden")
 
 
-# Completion, run for real. Each option must be offered in at least one of these contexts.
+# Completion, run for real. Each option must be offered in at least one of these contexts, and each
+# command's own options (from its help) in its context.
 CONTEXTS = [[], ["status"], ["list"], ["break"], ["bump"], ["acl"]]
 
 
@@ -164,6 +184,12 @@ def check_complete(fencerun, src):
         for ctx in CONTEXTS:
             offered |= bash_complete(src, ["fencerun"] + ctx + ["--"])
         problems += [f"bash: `fencerun [run|status|acl] --<TAB>` never offers {o}" for o in options if o not in offered]
+        for command in HELP_COMMANDS:
+            if command == ["fence"]:
+                continue
+            got = bash_complete(src, ["fencerun"] + command + ["--"])
+            problems += [f"bash: `fencerun {' '.join(command)} --<TAB>` does not offer {o}"
+                         for o in section_options(help_text(fencerun, command)) if o not in got]
         subs = bash_complete(src, ["fencerun", ""])
         problems += [f"bash: `fencerun <TAB>` does not offer {s}" for s in SUBCOMMANDS if s not in subs]
         guards = bash_complete(src, ["fencerun", "fence", ""])
@@ -177,6 +203,12 @@ def check_complete(fencerun, src):
         for ctx in CONTEXTS:
             offered |= fish_complete(src, " ".join(["fencerun"] + ctx + ["--"]))
         problems += [f"fish: `fencerun [status|acl] --<TAB>` never offers {o}" for o in options if o not in offered]
+        for command in HELP_COMMANDS:
+            if command == ["fence"]:
+                continue
+            got = fish_complete(src, " ".join(["fencerun"] + command + ["--"]))
+            problems += [f"fish: `fencerun {' '.join(command)} --<TAB>` does not offer {o}"
+                         for o in section_options(help_text(fencerun, command)) if o not in got]
         subs = fish_complete(src, "fencerun ")
         problems += [f"fish: `fencerun <TAB>` does not offer {s}" for s in SUBCOMMANDS if s not in subs]
         guards = fish_complete(src, "fencerun fence ")

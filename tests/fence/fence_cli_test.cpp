@@ -59,7 +59,7 @@ TEST(FenceCli, UsageErrorsExit64AndPointToFenceHelp) {
   auto r = fence({"redis", "--tokn", "5", "--resource", "r", "--", "PING"});
   EXPECT_EQ(r.exit_code, exit_code::k_usage) << r;
   EXPECT_EQ(r.err,
-            "fencerun: fence redis: unrecognized option '--tokn', did you mean '--token'? (see fencerun fence --help)\n");
+            "fencerun: fence redis: unrecognized option '--tokn', did you mean '--token'? (see fencerun fence redis --help)\n");
   r = fence({"file", "--token", "5"});
   EXPECT_EQ(r.exit_code, exit_code::k_usage) << r;
   EXPECT_EQ(r.err, "fencerun: fence file: missing PATH (see fencerun fence --help)\n");

@@ -118,11 +118,15 @@ TEST_F(PasswordTest, ChildUrlCarriesNoPassword) {
       << "fencerun put the password into the child's environment:\n" << r.out;
 }
 
-TEST_F(PasswordTest, UserSetPasswordVariableIsInherited) {
-  auto r = run({"-r", redis().url(), "pwinh", "--", "sh", "-c", "echo \"$FENCERUN_REDIS_PASSWORD\""},
+// FENCERUN_* variables are fencerun's: the command does not get the password variable, and a
+// fencerun inside the job reaches the server all the same (FENCERUN_CONNECTION_FD).
+TEST_F(PasswordTest, PasswordVariableIsNotPassedOnButTheJobsFencerunConnects) {
+  auto r = run({"-r", redis().url(), "pwinh", "--", "sh", "-c",
+                "echo \"[$FENCERUN_REDIS_PASSWORD]\"; \"$0\" status pwinh >/dev/null; echo \"status=$?\"",
+                fencerun_binary()},
                {{"FENCERUN_REDIS_PASSWORD", kPassword}});
   ASSERT_EQ(r.exit_code, 0) << r;
-  EXPECT_EQ(r.out, std::string(kPassword) + "\n");
+  EXPECT_EQ(r.out, "[]\nstatus=0\n") << r;
 }
 
 TEST_F(PasswordTest, WrongPasswordGives69Fast) {

@@ -155,7 +155,8 @@ TEST(cli, parses_status) {
 
 TEST(cli, rejects_a_command_for_status) {
   EXPECT_EQ(usage_error({"status", "nightly", "--", "true"}),
-            "status takes no COMMAND (to run a command under a lock named 'status': fencerun run status -- COMMAND)");
+            "status takes no COMMAND (to run a command under a lock named 'status': fencerun run status -- COMMAND) "
+            "(see fencerun status --help)");
 }
 
 TEST(cli, parses_acl) {
@@ -220,10 +221,13 @@ TEST(cli, ends_options_at_the_command_without_a_separator) {
 }
 
 TEST(cli, rejects_a_missing_command) {
-  EXPECT_EQ(usage_error({"nightly"}), "missing COMMAND (fencerun [OPTIONS] NAME [--] COMMAND [ARG...])");
-  EXPECT_EQ(usage_error({"help"}), "for help, run 'fencerun --help'");
+  // One wording, with or without the `--`.
+  EXPECT_EQ(usage_error({"nightly"}), "missing COMMAND (usage: fencerun [OPTIONS] NAME [--] COMMAND [ARG...])");
+  EXPECT_EQ(usage_error({"nightly", "--"}), usage_error({"nightly"}));
+  EXPECT_EQ(parse({"help"}).help_text, fencerun::cli::help_text());
   EXPECT_EQ(usage_error({"status", "--", "true"}),
-            "status takes no COMMAND (to run a command under a lock named 'status': fencerun run status -- COMMAND)");
+            "status takes no COMMAND (to run a command under a lock named 'status': fencerun run status -- COMMAND) "
+            "(see fencerun status --help)");
 }
 
 TEST(cli, names_a_misspelt_option_and_suggests_the_closest) {
@@ -262,7 +266,7 @@ TEST(cli, mentions_every_run_option_in_the_help) {
   std::string help = fencerun::cli::help_text();
   for (const char* option : {"--redis", "--ttl", "--renew", "--grace", "--kill-signal", "--wait",
                              "--conflict-exit-code", "--lease-lost-exit-code", "--timeout", "--key-prefix", "--shell",
-                             "--verbose", "--quiet", "--log-format", "--json", "--min-replicas", "--replica-timeout",
+                             "--verbose", "--quiet", "--log-format", "--min-replicas", "--replica-timeout",
                              "--limit", "--tls-ca-file", "--tls-cert", "--tls-key", "--tls-server-name", "--tls-insecure",
                              "--help", "--version"})
     EXPECT_NE(help.find(option), std::string::npos) << option;
@@ -304,29 +308,36 @@ std::map<std::string, Names> declared() {
   return out;
 }
 
-const char* const k_fence_commands[] = {"fence", "fence file", "fence redis", "fence sql"};
 
 }  // namespace
 
 TEST(cli_help, documents_exactly_the_declared_options) {
   auto d = declared();
   ASSERT_EQ(d.size(), 11u);
-  // `fencerun --help` is also the help of run, status, list, break, bump and acl.
-  Names top;
-  for (const char* command : {"", "run", "status", "list", "break", "bump", "acl"}) top.insert(d[command].begin(), d[command].end());
-  EXPECT_GT(top.size(), 30u);
-  EXPECT_EQ(documented_options(fencerun::cli::help_text()), top);
   EXPECT_EQ(fencerun::cli::help_text(""), fencerun::cli::help_text());
-  for (const char* command : k_fence_commands) {
+  // Every command's help documents exactly the options it takes.
+  for (const std::string& command : fencerun::cli::help_commands()) {
     EXPECT_FALSE(d[command].empty()) << command;
-    EXPECT_EQ(documented_options(fencerun::cli::help_text(command)), d[command]) << command;
+    EXPECT_EQ(documented_options(fencerun::cli::help_text(command)), d[command]) << "'" << command << "'";
   }
+  // The top level is run plus --version.
+  Names top = d["run"];
+  top.insert("--version");
+  EXPECT_EQ(d[""], top);
+  EXPECT_GT(top.size(), 30u);
   // fence redis takes the connection options of status, and its own.
   Names redis = d["status"];
   redis.erase("--json");
-  redis.insert({"--resource", "--token", "-h", "--help"});
+  redis.insert({"--resource", "--token"});
   EXPECT_EQ(d["fence redis"], redis);
-  EXPECT_EQ(d["fence file"], (Names{"--token", "--read", "-h", "--help"}));
+  EXPECT_EQ(d["fence file"], (Names{"--token", "--read", "-v", "--verbose", "-q", "--quiet", "--log-format", "-h",
+                                    "--help"}));
+  EXPECT_EQ(d["acl"], (Names{"--key-prefix", "--delex", "--delifeq", "--admin", "-v", "--verbose", "-q", "--quiet",
+                             "--log-format", "-h", "--help"}));
+  EXPECT_EQ(d["bump"].count("--above"), 1u);
+  EXPECT_EQ(d["bump"].count("--ttl"), 0u);
+  EXPECT_EQ(d["break"].count("--yes"), 1u);
+  EXPECT_EQ(d["list"].count("--all"), 1u);
 }
 
 TEST(cli_help, the_comparison_notices_an_option_missing_from_the_help) {
@@ -343,7 +354,7 @@ TEST(cli_help, the_comparison_notices_an_option_missing_from_the_help) {
 }
 
 TEST(cli_help, every_help_fits_80_columns) {
-  for (const char* command : {"", "fence", "fence file", "fence redis", "fence sql"}) {
+  for (const std::string& command : fencerun::cli::help_commands()) {
     std::istringstream in(fencerun::cli::help_text(command));
     std::string line;
     int n = 0;
@@ -409,18 +420,19 @@ TEST(cli_fence, shows_the_help_of_fence_and_of_each_guard) {
 
 TEST(cli_fence, names_a_misspelt_option_and_the_guard) {
   EXPECT_EQ(usage_error({"fence", "redis", "--tokn", "5", "--", "PING"}),
-            "fence redis: unrecognized option '--tokn', did you mean '--token'? (see fencerun fence --help)");
+            "fence redis: unrecognized option '--tokn', did you mean '--token'? (see fencerun fence redis --help)");
   EXPECT_EQ(usage_error({"fence", "redis", "--tls-ca-fil=/x", "PING"}),
-            "fence redis: unrecognized option '--tls-ca-fil', did you mean '--tls-ca-file'? (see fencerun fence --help)");
+            "fence redis: unrecognized option '--tls-ca-fil', did you mean '--tls-ca-file'? (see fencerun fence redis "
+            "--help)");
   EXPECT_EQ(usage_error({"fence", "file", "--bogus", "x"}),
-            "fence file: unrecognized option '--bogus' (see fencerun fence --help)");
+            "fence file: unrecognized option '--bogus' (see fencerun fence file --help)");
   EXPECT_EQ(usage_error({"fence", "redis", "-x", "--", "PING"}),
-            "fence redis: invalid option -- 'x' (see fencerun fence --help)");
+            "fence redis: invalid option -- 'x' (see fencerun fence redis --help)");
   // run's options are not fence's.
-  EXPECT_EQ(usage_error({"fence", "redis", "--ttl", "5s", "--", "PING"}).rfind("fence redis: unrecognized option '--ttl'", 0),
-            0u);
-  EXPECT_EQ(usage_error({"fence", "file", "--resource", "r", "x"}).rfind("fence file: unrecognized option '--resource'", 0),
-            0u);
+  EXPECT_EQ(usage_error({"fence", "redis", "--ttl", "5s", "--", "PING"}),
+            "fence redis does not take --ttl (an option of run); see fencerun fence redis --help");
+  EXPECT_EQ(usage_error({"fence", "file", "--resource", "r", "x"}),
+            "fence file does not take --resource (an option of fence redis); see fencerun fence file --help");
   EXPECT_EQ(usage_error({"fence"}), "fence: missing guard (file, redis or sql) (see fencerun fence --help)");
   EXPECT_EQ(usage_error({"fence", "nope"}),
             "fence: unknown guard 'nope' (expected file, redis or sql) (see fencerun fence --help)");
@@ -429,18 +441,146 @@ TEST(cli_fence, names_a_misspelt_option_and_the_guard) {
   EXPECT_NE(missing_value.find("--token"), std::string::npos) << missing_value;
 }
 
-TEST(cli_fence, is_a_lock_name_anywhere_but_first) {
-  Options o = parse({"-v", "fence", "true"});
-  EXPECT_EQ(o.subcommand, Subcommand::run);
-  EXPECT_EQ(o.lock_name, "fence");
-  EXPECT_EQ(o.command, (Args{"true"}));
-  o = parse({"run", "fence", "--", "file", "x"});
+// ---- One grammar: a subcommand is recognised after the global options, as git does.
+
+TEST(cli_grammar, recognises_fence_after_global_options) {
+  Options o = parse({"-q", "fence", "file", "/srv/x"});
+  EXPECT_EQ(o.subcommand, Subcommand::fence);
+  EXPECT_EQ(o.fence_guard, FenceGuard::file);
+  EXPECT_EQ(o.fence_operands, (Args{"/srv/x"}));
+  EXPECT_EQ(o.verbosity, -1);
+  o = parse({"-r", "redis://h:1", "fence", "redis", "--", "SET", "k", "v"});
+  EXPECT_EQ(o.fence_guard, FenceGuard::redis);
+  EXPECT_EQ(o.redis_urls, (std::vector<std::string>{"redis://h:1"}));
+  EXPECT_EQ(o.command, (Args{"SET", "k", "v"}));
+  o = parse({"-v", "fence", "sql", "sqlite"});
+  EXPECT_EQ(o.fence_guard, FenceGuard::sql);
+  EXPECT_EQ(o.verbosity, 1);
+}
+
+TEST(cli_grammar, a_subcommand_word_is_a_lock_name_only_after_run) {
+  Options o = parse({"run", "fence", "--", "file", "x"});
   EXPECT_EQ(o.subcommand, Subcommand::run);
   EXPECT_EQ(o.lock_name, "fence");
   EXPECT_EQ(o.command, (Args{"file", "x"}));
+  o = parse({"-v", "run", "fence", "true"});
+  EXPECT_EQ(o.lock_name, "fence");
   o = parse({"status", "fence"});
   EXPECT_EQ(o.subcommand, Subcommand::status);
   EXPECT_EQ(o.lock_name, "fence");
+  // A word after NAME is the command's, even a subcommand's name.
+  o = parse({"job", "status", "x"});
+  EXPECT_EQ(o.subcommand, Subcommand::run);
+  EXPECT_EQ(o.command, (Args{"status", "x"}));
+}
+
+TEST(cli_grammar, takes_global_options_before_or_after_the_subcommand) {
+  for (auto args : std::vector<std::vector<const char*>>{{"-r", "redis://h:1", "--timeout", "1s", "status", "x"},
+                                                          {"status", "-r", "redis://h:1", "--timeout", "1s", "x"},
+                                                          {"status", "x", "-r", "redis://h:1", "--timeout", "1s"}}) {
+    std::vector<const char*> argv{"fencerun"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Options o = fencerun::cli::parse(static_cast<int>(argv.size()), argv.data());
+    EXPECT_EQ(o.subcommand, Subcommand::status);
+    EXPECT_EQ(o.redis_urls, (std::vector<std::string>{"redis://h:1"}));
+    EXPECT_EQ(o.timeout, "1s");
+    EXPECT_EQ(o.lock_name, "x");
+  }
+  EXPECT_EQ(parse({"--key-prefix", "jobs:", "acl"}).key_prefix, "jobs:");
+  EXPECT_TRUE(parse({"--json", "list"}).json);
+}
+
+TEST(cli_grammar, refuses_an_option_the_subcommand_does_not_take_wherever_it_stands) {
+  const std::string ttl = "status does not take --ttl (an option of run); see fencerun status --help";
+  EXPECT_EQ(usage_error({"--ttl", "5s", "status", "x"}), ttl);
+  EXPECT_EQ(usage_error({"status", "--ttl", "5s", "x"}), ttl);
+  EXPECT_EQ(usage_error({"status", "x", "--ttl", "5s"}), ttl);
+  EXPECT_EQ(usage_error({"--ttl", "5s", "--wait", "1s", "list"}),
+            "list does not take --ttl (an option of run); see fencerun list --help");
+  EXPECT_EQ(usage_error({"--ttl", "5s", "acl"}), "acl does not take --ttl (an option of run); see fencerun acl --help");
+  EXPECT_EQ(usage_error({"acl", "-r", "redis://h"}),
+            "acl does not take -r (an option of run, status, list, break, bump and fence redis); see fencerun acl "
+            "--help");
+  EXPECT_EQ(usage_error({"--json", "x", "true"}),
+            "run does not take --json (an option of status and list); see fencerun run --help");
+  EXPECT_EQ(usage_error({"-r", "redis://h", "fence", "file", "x"}),
+            "fence file does not take -r (an option of run, status, list, break, bump and fence redis); see "
+            "fencerun fence file --help");
+  EXPECT_EQ(usage_error({"--above", "5", "x", "true"}),
+            "run does not take --above (an option of bump); see fencerun run --help");
+}
+
+TEST(cli_grammar, names_the_subcommand_and_its_operands_in_messages) {
+  EXPECT_EQ(usage_error({"status", "a", "b"}),
+            "status takes one NAME, got 2 words ('a', 'b'); see fencerun status --help");
+  EXPECT_EQ(usage_error({"bump", "x", "y", "--above", "5"}),
+            "bump takes one NAME, got 2 words ('x', 'y'); see fencerun bump --help");
+  EXPECT_EQ(usage_error({"list", "a", "b"}), "list takes one PATTERN, got 2 words ('a', 'b'); see fencerun list --help");
+  EXPECT_EQ(usage_error({"acl", "x"}), "acl takes no NAME, got 'x'; see fencerun acl --help");
+  EXPECT_EQ(usage_error({"status", "x", "--jsn"}),
+            "status: unrecognized option '--jsn', did you mean '--json'? (see fencerun status --help)");
+  EXPECT_EQ(usage_error({"break", "x", "--ownr", "12345678"}),
+            "break: unrecognized option '--ownr', did you mean '--owner'? (see fencerun break --help)");
+  EXPECT_EQ(usage_error({"bump", "x", "--abve", "5"}),
+            "bump: unrecognized option '--abve', did you mean '--above'? (see fencerun bump --help)");
+}
+
+TEST(cli_grammar, says_which_value_is_missing_or_malformed_in_its_own_words) {
+  EXPECT_EQ(usage_error({"job", "--ttl"}), "--ttl needs a value (DUR)");
+  EXPECT_EQ(usage_error({"-r"}), "-r needs a value (URL)");
+  EXPECT_EQ(usage_error({"-E", "abc", "x", "true"}), "--conflict-exit-code: 'abc' is not an exit code (0-255)");
+  EXPECT_EQ(usage_error({"--min-replicas", "abc", "x", "true"}), "--min-replicas: 'abc' is not a whole number");
+  EXPECT_EQ(usage_error({"--fair=yes", "x", "true"}), "--fair takes no value, got 'yes'");
+  EXPECT_EQ(usage_error({"-r", "", "x", "true"}).rfind("-r is empty (an unset variable?)", 0), 0u);
+  EXPECT_EQ(usage_error({"--redis=", "x", "true"}).rfind("--redis is empty", 0), 0u);
+  EXPECT_EQ(usage_error({"--key-prefix", "", "x", "true"}).rfind("--key-prefix is empty", 0), 0u);
+}
+
+TEST(cli_grammar, refuses_a_first_word_one_edit_away_from_a_subcommand) {
+  for (auto [typo, sub] : std::vector<std::pair<const char*, const char*>>{
+           {"lsit", "list"}, {"stauts", "status"}, {"fnce", "fence"}, {"brake", "break"}, {"bmup", "bump"},
+           {"alc", "acl"}, {"rnu", "run"}, {"urn", "run"}, {"stats", "status"}, {"Status", "status"}, {"hlep", "help"}}) {
+    EXPECT_EQ(usage_error({typo, "echo", "hi"}),
+              std::string("'") + typo + "' is not a subcommand: did you mean '" + sub +
+                  "'? (to run a command under a lock of that name: fencerun run " + typo + " ...)");
+    // `run NAME` always means a lock.
+    EXPECT_EQ(parse({"run", typo, "echo", "hi"}).lock_name, typo);
+  }
+  EXPECT_EQ(usage_error({"version"}).rfind("'version' is not a subcommand: for the version, run 'fencerun --version'", 0),
+            0u);
+  // Names that are no typo of a word: digits, punctuation, far from every subcommand, or a changed
+  // letter (ordinary words), or a short word's letters in another order.
+  for (const char* name : {"job1", "acl-sync", "nightly", "backup", "stat", "lists2", "lost", "last", "dump", "gun",
+                           "bread", "hello", "slit", "fenced", "runs", "lists"})
+    EXPECT_EQ(parse({name, "true"}).lock_name, name) << name;
+}
+
+TEST(cli_grammar, gives_each_subcommand_its_own_help) {
+  for (const char* sub : {"run", "status", "list", "break", "bump", "acl"}) {
+    const std::string own = fencerun::cli::help_text(sub);
+    EXPECT_NE(own, fencerun::cli::help_text()) << sub;
+    EXPECT_NE(own.find(std::string(" ") + sub + " "), std::string::npos) << sub;
+    EXPECT_EQ(parse({sub, "--help"}).help_text, own) << sub;
+    EXPECT_EQ(parse({sub, "-h"}).help_text, own) << sub;
+    EXPECT_EQ(parse({"help", sub}).help_text, own) << sub;
+    EXPECT_EQ(parse({"-v", sub, "x", "--help"}).help_text, own) << sub;
+  }
+  EXPECT_EQ(parse({"help", "fence", "redis"}).help_text, fencerun::cli::help_text("fence redis"));
+  EXPECT_EQ(parse({"help"}).help_text, fencerun::cli::help_text());
+  EXPECT_EQ(usage_error({"help", "nope"}).rfind("help: no help for 'nope'", 0), 0u);
+  // Options of another subcommand are not listed.
+  EXPECT_EQ(fencerun::cli::help_text("status").find("--ttl"), std::string::npos);
+  EXPECT_EQ(fencerun::cli::help_text("acl").find("--redis"), std::string::npos);
+  EXPECT_NE(fencerun::cli::help_text("acl").find("(SCAN, CLUSTER NODES);\n                           break and bump "
+                                                 "need nothing more than the run rule"),
+            std::string::npos);
+}
+
+TEST(cli_grammar, version_takes_only_the_connection_options) {
+  EXPECT_EQ(parse({"-r", "redis://h", "--timeout", "1s", "--version"}).subcommand, Subcommand::version);
+  EXPECT_EQ(usage_error({"--version", "x"}), "--version takes no NAME or COMMAND, got 'x'");
+  EXPECT_EQ(usage_error({"--ttl", "5s", "--version"}),
+            "--version does not take --ttl (an option of run); see fencerun --help");
 }
 
 // fence redis is configured by run's code: TLS files checked before connecting, the sentinels'

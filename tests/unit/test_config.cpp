@@ -163,8 +163,36 @@ TEST(make_config, rejects_a_bad_url_naming_the_redis_option) {
   o.redis_urls = {"http://example:80"};
   EXPECT_EQ(usage_error(o),
             "--redis: unsupported URL scheme 'http' (expected redis://, rediss://, unix:// or redis+sentinel://)");
+  // A URL from the environment is blamed on its variable, not on -r.
   EXPECT_EQ(usage_error(run_options(), {{"REDIS_URL", "redis://host:http"}}),
-            "--redis: the port is not a number from 1 to 65535");
+            "$REDIS_URL: the port is not a number from 1 to 65535");
+  EXPECT_EQ(usage_error(run_options(), {{"FENCERUN_REDIS_URL", "bogus"}}).rfind("$FENCERUN_REDIS_URL: not a Redis URL", 0),
+            0u);
+  // A password with an unencoded '@' or ':' says how to write it.
+  o.redis_urls = {"redis://u:p@ss:w/rd@host"};
+  EXPECT_NE(usage_error(o).find("must be percent-encoded as %40, %3A, %2F, or given in $FENCERUN_REDIS_PASSWORD"),
+            std::string::npos)
+      << usage_error(o);
+}
+
+TEST(make_config, says_that_a_user_has_no_password) {
+  Options o = run_options();
+  o.redis_urls = {"redis://bob@host"};
+  EXPECT_EQ(usage_error(o), "--redis: no password for user 'bob': give it in the URL (redis://bob:PASSWORD@...) or in "
+                            "$FENCERUN_REDIS_PASSWORD");
+  EXPECT_EQ(configure(o, {{"FENCERUN_REDIS_PASSWORD", "pw"}}).common.endpoint.password, "pw");
+}
+
+TEST(make_config, refuses_tls_options_on_a_plain_connection) {
+  TempDir dir;
+  Options o = run_options();
+  o.redis_urls = {"redis://host"};
+  o.tls_insecure = true;
+  EXPECT_EQ(usage_error(o), "--tls-*: TLS options given, but --redis names redis://host:6379, not a TLS URL (use "
+                            "rediss:// or rediss+sentinel://)");
+  o.tls_insecure = false;
+  o.tls_ca_file = dir.file("ca.pem");
+  EXPECT_NE(usage_error(o).find("not a TLS URL"), std::string::npos);
 }
 
 // The password: from the URL, else $FENCERUN_REDIS_PASSWORD, else $REDISCLI_AUTH.
@@ -231,7 +259,7 @@ TEST(make_config, rejects_several_words_with_shell) {
 }
 
 TEST(make_config, rejects_a_missing_command) {
-  EXPECT_EQ(usage_error(run_options({})), "missing COMMAND (usage: fencerun [OPTIONS] NAME -- COMMAND [ARG...])");
+  EXPECT_EQ(usage_error(run_options({})), "missing COMMAND (usage: fencerun [OPTIONS] NAME [--] COMMAND [ARG...])");
 }
 
 TEST(make_config, rejects_an_empty_command_name) {
@@ -732,5 +760,51 @@ TEST(make_config, rejects_bad_break_and_bump_input) {
   Options l;
   l.subcommand = Subcommand::list;
   l.list_pattern = "a b";
-  EXPECT_NE(usage_error(l).find("list: PATTERN: "), std::string::npos);
+  EXPECT_EQ(usage_error(l), "list: PATTERN may hold only printable ASCII without spaces");
+}
+
+// ---- The connection a run shares with its job (config::share_connection).
+
+TEST(shared_connection, gives_a_nested_command_the_runs_password_and_tls_settings) {
+  TempDir dir;
+  Options outer = run_options();
+  outer.redis_urls = {"rediss://alice:s3cr%25t%0Aline@secure.example:6380/2"};
+  outer.tls_ca_file = dir.file("ca.pem");
+  outer.tls_server_name = "redis.internal";
+  Config run = configure(outer);
+  const int fd = fencerun::config::share_connection(run.common);
+  ASSERT_GE(fd, 3);
+  // Sealed: nobody in the job can change it.
+  EXPECT_LT(::write(fd, "x", 1), 0);
+
+  Env job = {{"FENCERUN_REDIS_URL", run.common.redacted_url}, {"FENCERUN_CONNECTION_FD", std::to_string(fd)}};
+  Options inner = run_options();
+  inner.subcommand = Subcommand::fence;
+  Config nested = configure(inner, job);
+  EXPECT_EQ(nested.common.endpoint.password, "s3cr%t\nline");
+  EXPECT_EQ(nested.common.endpoint.user, "alice");
+  EXPECT_EQ(nested.common.endpoint.db, 2);
+  EXPECT_EQ(nested.common.endpoint.tls.ca_file, dir.path("ca.pem"));
+  EXPECT_EQ(nested.common.endpoint.tls.server_name, "redis.internal");
+  EXPECT_EQ(nested.common.redacted_url.find("s3cr"), std::string::npos);
+
+  // Not for another URL, nor for -r: those are the command's own choice.
+  Env other = job;
+  other["FENCERUN_REDIS_URL"] = "rediss://alice@other.example:6380/2";
+  EXPECT_NE(usage_error(inner, other).find("no password for user 'alice'"), std::string::npos);
+  Options explicit_r = inner;
+  explicit_r.redis_urls = {"rediss://alice@secure.example:6380/2"};
+  EXPECT_NE(usage_error(explicit_r, job).find("no password for user 'alice'"), std::string::npos);
+  // A descriptor that is not a sealed fencerun connection is ignored.
+  Env bogus = job;
+  bogus["FENCERUN_CONNECTION_FD"] = "0";
+  EXPECT_NE(usage_error(inner, bogus).find("no password"), std::string::npos);
+  ::close(fd);
+  EXPECT_NE(usage_error(inner, job).find("no password"), std::string::npos);
+}
+
+TEST(shared_connection, is_not_made_in_quorum_mode) {
+  Options o = run_options();
+  o.redis_urls = {"redis://a:1", "redis://b:2", "redis://c:3"};
+  EXPECT_EQ(fencerun::config::share_connection(configure(o).common), -1);
 }

@@ -175,8 +175,8 @@ TEST(redis_url, rejects_unknown_schemes) {
 }
 
 TEST(redis_url, rejects_text_that_is_not_a_url) {
-  EXPECT_EQ(error_of("localhost:6379"), "not a Redis URL (expected redis://, rediss:// or unix://)");
-  EXPECT_EQ(error_of(""), "not a Redis URL (expected redis://, rediss:// or unix://)");
+  EXPECT_EQ(error_of("localhost:6379"), "not a Redis URL (expected redis://, rediss://, unix:// or redis+sentinel://)");
+  EXPECT_EQ(error_of(""), "not a Redis URL (expected redis://, rediss://, unix:// or redis+sentinel://)");
 }
 
 TEST(redis_url, rejects_a_missing_host) {
