@@ -20,6 +20,19 @@ namespace fencerun::redis {
 
 class Transport;
 
+// Whether a request may be sent a second time when its connection failed under it. Every request is
+// sent on a fresh connection when the one it would have used was found closed by the server before
+// anything was written (an idle timeout): that is never a repeat. `idempotent` requests (owner-checked
+// renewal and release, reads, a subscription) are also sent once more on a fresh connection, within
+// the same deadline, when a connection that had served earlier requests closed or reset under them
+// (the server may or may not have run them; running them twice is harmless). An acquisition is never
+// repeated: its caller undoes a request that may have run.
+enum class Resend { never, idempotent };
+
+// The server's error replies that mean "not now" rather than "no": LOADING, BUSY, MASTERDOWN,
+// CLUSTERDOWN and "ERR max number of clients reached". The command was not run.
+bool is_unready(const Reply& reply);
+
 // The hiredis version fencerun was built with, e.g. "1.1.0" (for --version).
 std::string hiredis_version();
 
@@ -43,13 +56,17 @@ class Client {
   Client& operator=(Client&&) noexcept;
 
   // Sends one command and waits for its reply until `deadline`.
-  Result<Reply> command(std::span<const std::string_view> argv, Deadline deadline);
-  Result<Reply> command(std::initializer_list<std::string_view> argv, Deadline deadline) {
-    return command(std::span<const std::string_view>(argv.begin(), argv.size()), deadline);
+  // A reply of the kind is_unready() names comes back as an Error of kind `unready` with the
+  // server's words.
+  Result<Reply> command(std::span<const std::string_view> argv, Deadline deadline, Resend resend = Resend::never);
+  Result<Reply> command(std::initializer_list<std::string_view> argv, Deadline deadline,
+                        Resend resend = Resend::never) {
+    return command(std::span<const std::string_view>(argv.begin(), argv.size()), deadline, resend);
   }
   // Sends several commands in one write and reads all replies (one round trip). Commands must address
   // keys of one hash slot (a redirection of the first command re-sends them all).
-  Result<std::vector<Reply>> pipeline(std::span<const std::vector<std::string_view>> commands, Deadline deadline);
+  Result<std::vector<Reply>> pipeline(std::span<const std::vector<std::string_view>> commands, Deadline deadline,
+                                      Resend resend = Resend::never);
 
   // Subscriber mode (a connection of its own: RESP2 allows nothing else on it). subscribe() returns once
   // the server confirmed the subscription; afterwards wait with poll() on wake_fd() (and
@@ -85,7 +102,11 @@ class Client {
   Result<std::unique_ptr<Connection>> open_node(const RedisEndpoint& node, bool check_master,
                                                 Deadline deadline, bool sentinel = false);
   Result<RedisEndpoint> discover_master(Deadline deadline);
-  Result<std::vector<Reply>> send(std::span<const std::vector<std::string_view>> commands, Deadline deadline);
+  Result<std::vector<Reply>> send(std::span<const std::vector<std::string_view>> commands, Deadline deadline,
+                                  Resend resend);
+  // Closes the connection when the server closed (or reset) it while it was idle, so the next
+  // request goes out on a fresh one. The debug event `reconnected` says so.
+  void drop_if_closed_by_server();
 
   // Sentinel: look up the master again before a request when the last look-up is older than this,
   // so a failover is followed even while the old master still answers as one.

@@ -16,6 +16,8 @@ struct Error {
     auth,        // AUTH or SELECT was refused, or the server demands a password
     protocol,    // the server sent something that is not RESP, or an unexpected reply shape
     migrating,   // a multi-key request refused (TRYAGAIN, not run) while a Cluster slot migrates
+    unready,     // the server answered but serves nobody now (LOADING, BUSY, MASTERDOWN, CLUSTERDOWN, or
+                 // its client limit): nothing was run; the same request may succeed a little later
   };
   Kind kind;
   std::string message;
@@ -32,6 +34,7 @@ inline const char* to_string(Error::Kind kind) {
     case Error::Kind::auth: return "auth";
     case Error::Kind::protocol: return "protocol";
     case Error::Kind::migrating: return "migrating";
+    case Error::Kind::unready: return "unready";
   }
   return "unknown";
 }
