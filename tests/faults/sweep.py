@@ -1,0 +1,399 @@
+#!/usr/bin/env python3
+"""Fault-injection sweep: fencerun under strace's --inject, one failing system call at a time.
+
+One normal run under `strace -f` tells which system calls fencerun's own processes and threads make
+from the acquire request on (until the command's execve in the child, and after it in fencerun
+itself), and how many of each: nothing is hard-coded but the error each kind of call is made to
+fail with. Then, for every such call S of a kind in ERRORS and every invocation number K at which
+it occurred in that window, fencerun runs again with `--inject=S:error=E:when=K` (strace counts per
+thread and per call), in a private pid namespace (`unshare -pf --mount-proc`), and each run must:
+
+  * exit with a documented code (the man page's EXIT STATUS table, or the command's own status
+    when the command ran), never die by a signal of its own;
+  * leave no process behind: every process fencerun's processes started (the job, its background
+    grandchild, fencerun's helpers) has ended when fencerun ends (strace's timestamps, 1 s slack);
+  * leave the lock released or never taken (EXISTS on the server right after the run);
+  * send no signal to PID 1, to a process group or pid outside the job, or to everyone
+    (kill/tkill/tgkill/pidfd_send_signal of fencerun's processes, before their execve).
+
+Prints the matrix it covered. Exit 0: all runs passed; 1: a check failed; 77: cannot run here (no
+strace, no unshare, no pid namespace, no redis-server).
+
+    sweep.py FENCERUN MANPAGE [--redis-server PATH] [--jobs N] [--max-k N]
+"""
+import argparse
+import collections
+import concurrent.futures
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+# The errors a call of each kind is made to fail with, one per run. Calls of the window without an
+# entry here are listed as traced, not injected (clock reads, futexes, memory advice, ...).
+ERRORS = {}
+for name in ("open", "openat", "openat2", "pipe", "pipe2", "eventfd", "eventfd2", "timerfd_create", "signalfd",
+             "signalfd4", "pidfd_open", "pidfd_getfd", "socket", "socketpair", "dup", "dup2", "dup3",
+             "epoll_create", "epoll_create1", "memfd_create", "inotify_init1", "accept4"):
+    ERRORS[name] = ("EMFILE", "ENOMEM")  # descriptor exhaustion, memory
+for name in ("clone", "clone3", "fork", "vfork"):
+    ERRORS[name] = ("EAGAIN", "ENOMEM")  # a pids limit, RLIMIT_NPROC
+ERRORS["mkdir"] = ("ENOMEM", "EACCES")
+ERRORS["mmap"] = ("ENOMEM",)
+ERRORS["rmdir"] = ("EBUSY",)
+for name in ("prctl", "setpgid", "close_range"):
+    ERRORS[name] = ("EINVAL",)
+for name in ("connect", "sendto", "recvfrom", "sendmsg", "recvmsg"):
+    ERRORS[name] = ("ECONNRESET",)
+ERRORS["write"] = ("EIO",)
+ERRORS["read"] = ("EIO",)
+for name in ("poll", "ppoll"):
+    ERRORS[name] = ("ENOMEM",)
+ERRORS["wait4"] = ("EINTR",)
+ERRORS["waitid"] = ("EINTR",)
+ERRORS["timerfd_settime"] = ("EINVAL",)
+
+SIGNAL_CALLS = ("kill", "tkill", "tgkill", "pidfd_send_signal", "pidfd_open")
+PROCESS_CALLS = ("clone", "clone3", "fork", "vfork", "execve", "setpgid", "exit_group")
+
+LINE = re.compile(r"^(\d+)\s+(\d+\.\d+)\s+(.*)$")
+START = re.compile(r"^(\w+)\((.*)$")
+RESUMED = re.compile(r"^<\.\.\. (\w+) resumed>(.*)$")
+RESULT = re.compile(r"\)\s+=\s+(-?\d+)(?:\s|$)")
+EXIT = re.compile(r"^\+\+\+ (exited with (\d+)|killed by (\w+)).*\+\+\+$")
+
+
+class Redis:
+    """Just enough RESP over a unix socket for EXISTS, DEL and PING."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def command(self, *args):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(5)
+        s.connect(self.path)
+        out = b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a.encode()), a.encode()) for a in args)
+        s.sendall(out)
+        data = b""
+        while not data.endswith(b"\r\n"):
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        s.close()
+        return data.decode(errors="replace").strip()
+
+
+def documented_codes(manpage):
+    """The exit codes of the man page's EXIT STATUS section ("*69*::" entries)."""
+    text = open(manpage, encoding="utf-8").read()
+    section = text.split("== EXIT STATUS", 1)[1].split("\n== ", 1)[0]
+    return {int(c) for c in re.findall(r"^\*(\d+)\*::", section, re.M)}
+
+
+class Trace:
+    """One strace -f -ttt output: calls per process, process tree, exits, signals sent."""
+
+    def __init__(self, text):
+        self.calls = []  # (index, pid, name, full text of the call) in order of the start lines
+        self.parent = {}  # pid -> pid that created it
+        self.thread = set()  # pids that are threads (CLONE_THREAD)
+        self.exec_at = {}  # pid -> index of its (successful) execve start line, other than the first
+        self.exit_time = {}  # pid -> timestamp of its exit
+        self.exit_how = {}  # pid -> "exited with N" / "killed by SIG"
+        self.main = None
+        pending = {}  # pid -> (name, index, text) of an unfinished call
+        for line in text.splitlines():
+            m = LINE.match(line)
+            if not m:
+                continue
+            pid, stamp, rest = int(m.group(1)), float(m.group(2)), m.group(3)
+            if self.main is None:
+                self.main = pid
+            e = EXIT.match(rest)
+            if e:
+                self.exit_time[pid] = stamp
+                self.exit_how[pid] = e.group(1)
+                continue
+            r = RESUMED.match(rest)
+            if r:
+                name, index, before = pending.pop(pid, (r.group(1), None, ""))
+                if index is not None:
+                    self.calls[index] = (self.calls[index][0], pid, name, before + r.group(2))
+                    self._finished(index, pid, name, before + r.group(2))
+                continue
+            s = START.match(rest)
+            if not s:
+                continue
+            name = s.group(1)
+            index = len(self.calls)
+            self.calls.append((index, pid, name, rest))
+            if rest.endswith("<unfinished ...>"):
+                pending[pid] = (name, index, rest[: -len("<unfinished ...>")])
+            else:
+                self._finished(index, pid, name, rest)
+
+    def _finished(self, index, pid, name, text):
+        result = RESULT.search(text)
+        value = int(result.group(1)) if result else None
+        if name in ("clone", "clone3", "fork", "vfork") and value and value > 0:
+            self.parent[value] = pid
+            if "CLONE_THREAD" in text:
+                self.thread.add(value)
+        if name == "execve" and value == 0 and pid != self.main:
+            self.exec_at.setdefault(pid, index)
+
+    def fencerun_call(self, index, pid):
+        """Whether call `index` of `pid` is fencerun's own (not the command's, after its execve)."""
+        p = pid
+        while p is not None and p != self.main:
+            if p in self.exec_at and (p != pid or index > self.exec_at[p]):
+                return False
+            p = self.parent.get(p)
+        return p == self.main
+
+    def descendants(self):
+        """Every process (not thread) created below fencerun's main process."""
+        return {p for p in self.parent if p not in self.thread and p != self.main}
+
+    def window_start(self):
+        """The index of the acquire request: fencerun's first write that carries EVALSHA."""
+        for index, pid, name, text in self.calls:
+            if name in ("sendto", "write", "sendmsg") and "EVALSHA" in text and self.fencerun_call(index, pid):
+                return index
+        return None
+
+    def window(self):
+        """{syscall: set of per-thread invocation numbers} of fencerun's calls from the acquire on."""
+        start = self.window_start()
+        seen = collections.defaultdict(collections.Counter)
+        out = collections.defaultdict(set)
+        for index, pid, name, _ in self.calls:
+            seen[pid][name] += 1
+            if start is not None and index >= start and self.fencerun_call(index, pid):
+                out[name].add(seen[pid][name])
+        return out
+
+
+def signals_outside_the_job(trace):
+    """Signals fencerun's own processes sent anywhere but to the job (its processes or group)."""
+    job = set()
+    for p in trace.descendants():
+        q = p
+        while q is not None and q != trace.main:
+            if q in trace.exec_at:  # below a process that ran the command: the job
+                job.add(p)
+                break
+            q = trace.parent.get(q)
+    ours = {trace.main} | trace.descendants() | trace.thread
+    pidfds = {}
+    bad = []
+    for index, pid, name, text in trace.calls:
+        if name not in SIGNAL_CALLS or not trace.fencerun_call(index, pid):
+            continue
+        args = text[len(name) + 1:]
+        if name == "pidfd_open":
+            r = RESULT.search(text)
+            if r and int(r.group(1)) >= 0:
+                pidfds[int(r.group(1))] = int(args.split(",")[0])
+            continue
+        fields = [a.strip() for a in args.split(",")]
+        try:
+            if name == "kill":
+                target = int(fields[0])
+                sig = fields[1].split(")")[0].strip()
+            elif name == "tkill":
+                target = int(fields[0])
+                sig = fields[1].split(")")[0].strip()
+            elif name == "tgkill":
+                target = int(fields[0])
+                sig = fields[2].split(")")[0].strip()
+            else:  # pidfd_send_signal(fd, sig, info, flags)
+                fd = int(fields[0])
+                sig = fields[1]
+                if fd not in pidfds:
+                    # A pidfd from clone3(CLONE_PIDFD): its child is a process of fencerun's.
+                    continue
+                target = pidfds[fd]
+        except (ValueError, IndexError):
+            bad.append(f"{pid}: cannot read {text[:120]}")
+            continue
+        if target in (0, -1, 1, -1 * trace.main):
+            bad.append(f"{pid}: {name} to {target} ({sig})")
+        elif target < 0 and -target not in job:
+            bad.append(f"{pid}: {name} to group {-target}, not the job's ({sig})")
+        elif target > 0 and target not in job and target not in ours:
+            bad.append(f"{pid}: {name} to {target}, outside the job ({sig})")
+    return bad
+
+
+def strace_run(args, fencerun, url, name, inject, trace_path, full):
+    command = ["unshare", "-pf", "--mount-proc", "strace", "-f", "-q", "-ttt", "-s", "256", "-o", trace_path]
+    if not full:
+        command += ["-e", "trace=" + ",".join(SIGNAL_CALLS + PROCESS_CALLS)]
+    if inject:
+        command += ["-e", f"inject={inject[0]}:error={inject[1]}:when={inject[2]}"]
+    # The job leaves a background grandchild behind it: fencerun must stop it with the job.
+    command += [fencerun, "-r", url, "--ttl", "5s", name, "--", "sh", "-c", "sleep 4 & sleep 0.05"]
+    began = time.monotonic()
+    try:
+        p = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=args.run_timeout)
+        code, err = p.returncode, p.stderr.decode(errors="replace")
+    except subprocess.TimeoutExpired as e:
+        code, err = None, (e.stderr or b"").decode(errors="replace")
+    took = time.monotonic() - began
+    text = open(trace_path, encoding="utf-8", errors="replace").read() if os.path.exists(trace_path) else ""
+    return code, err, Trace(text), took
+
+
+def fencerun_exit(trace, code):
+    """fencerun's own exit as strace saw it (unshare passes strace's on, which passes fencerun's)."""
+    how = trace.exit_how.get(trace.main, "")
+    return how or (f"exited with {code}" if code is not None else "did not end")
+
+
+def check(args, codes, redis, trace, code, err, name, took):
+    problems = []
+    how = fencerun_exit(trace, code)
+    m = re.match(r"exited with (\d+)", how)
+    command_ran = [p for p in trace.exec_at if trace.parent.get(p) == trace.main]
+    command_codes = set()
+    for p in command_ran:
+        cm = re.match(r"exited with (\d+)", trace.exit_how.get(p, ""))
+        if cm:
+            command_codes.add(int(cm.group(1)))
+        elif trace.exit_how.get(p, "").startswith("killed by"):
+            command_codes.add(-1)
+    if code is None:
+        problems.append(f"did not end within {args.run_timeout}s")
+    elif not m:
+        problems.append(f"fencerun {how}")
+    else:
+        status = int(m.group(1))
+        allowed = codes | command_codes | ({0} if command_ran else set())
+        # A command killed by a signal of its own ends fencerun with that signal too.
+        if status not in allowed and not (-1 in command_codes and status > 128):
+            problems.append(f"exit {status} is not documented")
+    main_end = trace.exit_time.get(trace.main)
+    for p in sorted(trace.descendants()):
+        end = trace.exit_time.get(p)
+        if main_end is not None and (end is None or end > main_end + 1.0):
+            late = "never" if end is None else f"{end - main_end:.1f}s after fencerun"
+            problems.append(f"process {p} left behind (ended {late})")
+    if redis.command("EXISTS", f"fencerun:{{{name}}}:lock") != ":0":
+        problems.append("the lock is still held after the run")
+        redis.command("DEL", f"fencerun:{{{name}}}:lock")
+    problems += signals_outside_the_job(trace)
+    return problems, (int(m.group(1)) if m else how), bool(command_ran)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("fencerun")
+    parser.add_argument("manpage")
+    parser.add_argument("--redis-server", default=shutil.which("redis-server"))
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--max-k", type=int, default=16, help="at most this many invocation numbers per call")
+    parser.add_argument("--run-timeout", type=float, default=20)
+    args = parser.parse_args()
+
+    for tool in ("strace", "unshare"):
+        if not shutil.which(tool):
+            print(f"SKIP: {tool} not found")
+            return 77
+    if not args.redis_server:
+        print("SKIP: redis-server not found")
+        return 77
+    if subprocess.run(["unshare", "-pf", "--mount-proc", "true"], capture_output=True).returncode != 0:
+        print("SKIP: cannot make a pid namespace here (unshare -pf --mount-proc)")
+        return 77
+
+    codes = documented_codes(args.manpage)
+    work = tempfile.mkdtemp(prefix="fencerun-sweep-")
+    sock = os.path.join(work, "redis.sock")
+    server = subprocess.Popen([args.redis_server, "--port", "0", "--unixsocket", sock, "--save", "", "--appendonly",
+                               "no", "--dir", work, "--logfile", os.path.join(work, "redis.log")])
+    try:
+        redis = Redis(sock)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                if redis.command("PING") == "+PONG":
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                print("FAIL: redis-server did not start")
+                return 1
+            time.sleep(0.02)
+        url = "unix://" + sock
+
+        # The normal run: which calls happen, and at which invocation numbers.
+        code, err, trace, took = strace_run(args, args.fencerun, url, "sweep-discovery", None,
+                                            os.path.join(work, "discovery.trace"), True)
+        problems, status, ran = check(args, codes, redis, trace, code, err, "sweep-discovery", took)
+        if problems or status != 0 or not ran:
+            print(f"FAIL: the normal run did not pass (exit {status}): {problems}\n{err}")
+            return 1
+        window = trace.window()
+        if not window:
+            print("FAIL: no acquire request (EVALSHA) found in the trace of the normal run")
+            return 1
+        plan = []
+        for name in sorted(window):
+            if name not in ERRORS:
+                continue
+            ks = sorted(window[name])
+            if len(ks) > args.max_k:  # evenly spread, first and last included
+                step = (len(ks) - 1) / (args.max_k - 1)
+                ks = sorted({ks[round(i * step)] for i in range(args.max_k)})
+            plan += [(name, error, k) for error in ERRORS[name] for k in ks]
+        print(f"normal run: {took:.2f}s under strace; documented exit codes {sorted(codes)}")
+        print("calls of fencerun's processes from the acquire on, traced but not injected: " +
+              ", ".join(f"{n}x{len(window[n])}" for n in sorted(window) if n not in ERRORS))
+
+        def one(item):
+            i, (name, error, k) = item
+            lock = f"sweep-{name}-{error}-{k}"
+            return item, strace_run(args, args.fencerun, url, lock, (name, error, k),
+                                    os.path.join(work, f"{i}.trace"), False), lock
+
+        results = collections.OrderedDict()
+        failures = []
+        began = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            for (i, (name, error, k)), (code, err, trace, took), lock in pool.map(one, enumerate(plan)):
+                problems, status, ran = check(args, codes, redis, trace, code, err, lock, took)
+                results.setdefault((name, error), []).append((k, status, ran, problems))
+                if problems:
+                    failures.append((name, error, k, status, problems, err))
+        elapsed = time.monotonic() - began
+
+        print(f"\n{'syscall':<16}{'error':<12}{'K':<28}outcomes (K: exit, * = the command ran)")
+        for (name, error), rows in results.items():
+            ks = ",".join(str(k) for k, *_ in rows)
+            outcomes = " ".join(f"{k}:{status}{'*' if ran else ''}{'!' if problems else ''}"
+                                for k, status, ran, problems in rows)
+            print(f"{name:<16}{error:<12}{ks:<28}{outcomes}")
+        print(f"\n{len(plan)} runs of {len(results)} calls in {elapsed:.1f}s ({args.jobs} at a time); "
+              f"{len(failures)} failed")
+        for name, error, k, status, problems, err in failures:
+            print(f"FAIL {name} {error} K={k} exit {status}: " + "; ".join(problems))
+            tail = err.strip().splitlines()[-3:]
+            for line in tail:
+                print("    " + line)
+        return 1 if failures else 0
+    finally:
+        server.send_signal(signal.SIGKILL)
+        server.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
