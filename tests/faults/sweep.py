@@ -182,16 +182,10 @@ class Trace:
 
 
 def signals_outside_the_job(trace):
-    """Signals fencerun's own processes sent anywhere but to the job (its processes or group)."""
-    job = set()
-    for p in trace.descendants():
-        q = p
-        while q is not None and q != trace.main:
-            if q in trace.exec_at:  # below a process that ran the command: the job
-                job.add(p)
-                break
-            q = trace.parent.get(q)
-    ours = {trace.main} | trace.descendants() | trace.thread
+    """Signals fencerun's own processes sent anywhere but to the processes they started (the job, or
+    a helper of fencerun's own before its execve), their groups, or themselves."""
+    started = trace.descendants()
+    ours = {trace.main} | started | trace.thread
     pidfds = {}
     bad = []
     for index, pid, name, text in trace.calls:
@@ -226,9 +220,9 @@ def signals_outside_the_job(trace):
             continue
         if target in (0, -1, 1, -1 * trace.main):
             bad.append(f"{pid}: {name} to {target} ({sig})")
-        elif target < 0 and -target not in job:
+        elif target < 0 and -target not in started:
             bad.append(f"{pid}: {name} to group {-target}, not the job's ({sig})")
-        elif target > 0 and target not in job and target not in ours:
+        elif target > 0 and target not in ours:
             bad.append(f"{pid}: {name} to {target}, outside the job ({sig})")
     return bad
 
@@ -270,10 +264,13 @@ def check(args, codes, redis, trace, code, err, name, took):
             command_codes.add(int(cm.group(1)))
         elif trace.exit_how.get(p, "").startswith("killed by"):
             command_codes.add(-1)
+    command_signals = {trace.exit_how.get(p, "") for p in command_ran}
     if code is None:
         problems.append(f"did not end within {args.run_timeout}s")
     elif not m:
-        problems.append(f"fencerun {how}")
+        # Ending by the signal that killed the command is documented (128 + N); any other is not.
+        if how not in command_signals:
+            problems.append(f"fencerun {how}")
     else:
         status = int(m.group(1))
         allowed = codes | command_codes | ({0} if command_ran else set())
