@@ -120,13 +120,17 @@ class RedisHeldLease final : public KeptLease {
   Released release() override {
     stop_keeping();
     m_released = true;
-    auto released = m_client.release(m_request.owner, m_acquired.value, BootClock::now() + m_request.request_timeout);
+    const Deadline began = BootClock::now();
+    auto released = m_client.release(m_request.owner, m_acquired.value, began + m_request.request_timeout);
     if (!released) {
       log::event(log::Level::warn, "release_failed",
                  "could not release the lock (it expires by itself): " + released.error().message, m_context);
       return Released::failed;
     }
-    if (*released) {
+    // Gone, but the release went out twice (the connection failed under the first attempt, which may
+    // have run): the lock was ours until our deadline, which had not passed when the first attempt
+    // went out, so that attempt deleted it.
+    if (*released || (m_client.client().last_request_repeated() && began < deadline())) {
       log::event(log::Level::info, "released", "released lock", m_context);
       return Released::yes;
     }

@@ -464,6 +464,7 @@ Result<std::vector<Reply>> Client::send(std::span<const std::vector<std::string_
   // An idle timeout on the server (or a middlebox) closed the connection: nothing is sent on it.
   drop_if_closed_by_server();
   bool resent = false;
+  m_repeated = false;
   for (int redirects = 0;; ++redirects) {
     const bool reused = m_conn != nullptr;  // it served earlier requests
     if (auto ok = connect(deadline); !ok) return std::unexpected(ok.error());
@@ -485,6 +486,7 @@ Result<std::vector<Reply>> Client::send(std::span<const std::vector<std::string_
           (!replies.error().maybe_executed || resend == Resend::idempotent) &&
           time_left(deadline) > BootClock::duration::zero()) {
         resent = true;
+        m_repeated = replies.error().maybe_executed;
         log::event(log::Level::debug, "reconnected",
                    "the connection to " + where + " failed (" + replies.error().message +
                        "): sending the request again on a new one",

@@ -86,6 +86,9 @@ class Client {
   // no extra round trip), and server() tells what they said. Off by default: only the lease's own
   // connection needs it.
   void learn_server() { m_learn_server = true; }
+  // Whether the last request went out twice, its first attempt having perhaps run (Resend::idempotent
+  // after a connection failed under it): an owner-checked release then finds the lock gone.
+  bool last_request_repeated() const { return m_repeated; }
   // What the server of the last connection that answered the probe said; nullopt before that.
   const std::optional<ServerInfo>& server() const { return m_server; }
   // The node currently talked to (after sentinel discovery or a cluster redirection), as host:port.
@@ -129,6 +132,7 @@ class Client {
   static constexpr int k_max_probe_failures = 2;
   int m_probe_failures = 0;
   std::optional<ServerInfo> m_server;
+  bool m_repeated = false;
 };
 
 }  // namespace fencerun::redis
