@@ -466,7 +466,7 @@ Result<std::vector<Reply>> Client::send(std::span<const std::vector<std::string_
   bool resent = false;
   m_repeated = false;
   for (int redirects = 0;; ++redirects) {
-    const bool reused = m_conn != nullptr;  // it served earlier requests
+    const bool reused = m_conn && m_conn->served;  // it served earlier requests
     if (auto ok = connect(deadline); !ok) return std::unexpected(ok.error());
     const bool probe = m_learn_server && !m_conn->probed && m_probe_failures < k_max_probe_failures;
     auto replies = probe ? m_conn->exchange(probe_payload() + payload, commands.size() + k_probe_replies, deadline)
@@ -479,11 +479,11 @@ Result<std::vector<Reply>> Client::send(std::span<const std::vector<std::string_
         ++m_probe_failures;
       const std::string where = m_conn->where;
       disconnect();  // a late reply would desynchronise the stream: start afresh next time
-      // A connection that served earlier requests closed or reset under this one (the server closed
-      // it between the check above and the write, or a middlebox dropped it): once more on a new
-      // connection, if nothing was sent or the request is safe to repeat.
-      if (reused && !resent && kind == Error::Kind::connection &&
-          (!replies.error().maybe_executed || resend == Resend::idempotent) &&
+      // The connection closed or reset before anything of the request was sent on it, or under a
+      // request that is safe to repeat on a connection that served earlier ones (the server closed it
+      // between the check above and the write, or a middlebox dropped it): once more on a new one.
+      if (!resent && kind == Error::Kind::connection &&
+          (!replies.error().maybe_executed || (reused && resend == Resend::idempotent)) &&
           time_left(deadline) > BootClock::duration::zero()) {
         resent = true;
         m_repeated = replies.error().maybe_executed;

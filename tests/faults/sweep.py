@@ -64,8 +64,9 @@ ERRORS["wait4"] = ("EINTR",)
 ERRORS["waitid"] = ("EINTR",)
 ERRORS["timerfd_settime"] = ("EINVAL",)
 
-# Calls that cannot fail in a way a program could handle (or whose failure is the command's: execve).
-NEVER = {"exit", "exit_group", "rt_sigreturn", "execve"}
+# Calls that cannot fail (getpid, ...), or not in a way a program could handle, or whose failure is
+# the command's (execve): never failed, also with --all.
+NEVER = {"exit", "exit_group", "rt_sigreturn", "execve", "getpid", "getppid", "gettid"}
 
 SIGNAL_CALLS = ("kill", "tkill", "tgkill", "pidfd_send_signal", "pidfd_open")
 PROCESS_CALLS = ("clone", "clone3", "fork", "vfork", "execve", "setpgid", "exit_group")
