@@ -22,7 +22,8 @@ class Transport;
 
 // Whether a request may be sent a second time when its connection failed under it. Every request is
 // sent on a fresh connection when the one it would have used was found closed by the server before
-// anything was written (an idle timeout): that is never a repeat. `idempotent` requests (owner-checked
+// anything was written (an idle timeout), or when the connection failed before any byte of it went
+// out: that is never a repeat. `idempotent` requests (owner-checked
 // renewal and release, reads, a subscription) are also sent once more on a fresh connection, within
 // the same deadline, when a connection that had served earlier requests closed or reset under them
 // (the server may or may not have run them; running them twice is harmless). An acquisition is never
