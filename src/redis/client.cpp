@@ -94,9 +94,8 @@ std::optional<std::string> auth_refusal(const Reply& r, std::string_view passwor
 }
 
 // A refusal the server sent before closing the connection, as the error to report instead of the
-// closed or reset connection (which says nothing of why). `sent_before`: whether the failed request
-// may have run (its bytes went out); a refusal of the connection itself (the client limit) means it
-// did not.
+// closed or reset connection (which says nothing of why). A "not now" refusal (the client limit) means
+// the request did not run; after any other, the failure's own maybe_executed stands.
 Error refused_then_closed(const Reply& said, const std::string& where, const Error& failure) {
   if (is_unready(said))
     return Error{Error::Kind::unready, where + " refused the request and closed the connection: " + said.str, false};
