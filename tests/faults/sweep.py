@@ -254,6 +254,42 @@ def signals_outside_the_job(trace):
     return bad
 
 
+def self_test():
+    """The checks flag what they must, on a made-up trace: a signal to PID 1, to a foreign group, to
+    the caller's own group, through a pidfd of a foreign process, and a grandchild that outlived
+    fencerun. Returns the problems not found (empty: all found)."""
+    text = "\n".join([
+        '4 1.000 execve("/f", ["f"], 0x0) = 0',
+        '4 1.001 vfork( <unfinished ...>',
+        '6 1.002 execve("/usr/bin/sh", ["sh"], 0x0 <unfinished ...>',
+        '4 1.003 <... vfork resumed>) = 6',
+        '6 1.004 <... execve resumed>) = 0',
+        '6 1.005 clone(child_stack=NULL, flags=SIGCHLD) = 8',
+        '4 1.006 kill(1, SIGTERM) = 0',
+        '4 1.007 kill(-6, SIGTERM) = 0',
+        '4 1.008 kill(-99, SIGKILL) = 0',
+        '4 1.009 kill(0, SIGKILL) = 0',
+        '4 1.010 pidfd_open(77, 0) = 9',
+        '4 1.011 pidfd_send_signal(9, SIGKILL, NULL, 0) = 0',
+        '6 1.012 +++ exited with 0 +++',
+        '4 1.020 +++ exited with 0 +++',
+        '8 4.000 +++ killed by SIGTERM +++',
+    ])
+
+    class Args:
+        run_timeout = 20
+
+    class NoLock:
+        def command(self, *args):
+            return ":0"
+
+    problems, _, _ = check(Args(), {69, 70}, NoLock(), Trace(text), 0, "", "self-test", 0.1)
+    expected = ["process 8 left behind", "kill to 1 ", "group 99", "kill to 0 ", "pidfd_send_signal to 77"]
+    missing = [e for e in expected if not any(e in p for p in problems)]
+    allowed = [p for p in problems if "group 6" in p]  # the job's own group is fine
+    return missing + allowed
+
+
 def strace_run(args, fencerun, url, name, inject, trace_path, full):
     command = ["unshare", "-pf", "--mount-proc", "strace", "-f", "-q", "-ttt", "-s", "256", "-o", trace_path]
     if not full:  # the injected call too, so that the trace shows whether the injection fired
@@ -343,6 +379,10 @@ def main():
         print("SKIP: cannot make a pid namespace here (unshare -pf --mount-proc)")
         return 77
 
+    not_found = self_test()
+    if not_found:
+        print(f"FAIL: the checks do not flag what they must: {not_found}")
+        return 1
     codes = documented_codes(args.manpage)
     work = tempfile.mkdtemp(prefix="fencerun-sweep-")
     sock = os.path.join(work, "redis.sock")
