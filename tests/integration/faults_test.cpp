@@ -1,6 +1,6 @@
 // Faults that production Redis deployments produce on their own: a server that closes idle clients
-// (`timeout`), one that is loading its dataset after a restart (LOADING), one at its client limit
-// (`maxclients`). fencerun rides out the first, waits out the others while --wait lasts, and without
+// (`timeout`), one that is loading its dataset after a restart (LOADING), one running a script too
+// long (BUSY), one at its client limit (`maxclients`). fencerun rides out the first, waits out the others while --wait lasts, and without
 // --wait exits 69 with the server's own words.
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -130,6 +130,31 @@ TEST_F(LoadingTest, WithoutWaitLoadingIsUnavailable) {
   auto r = run({"-r", redis().url(), "loading", "--", "true"});
   EXPECT_EQ(r.exit_code, 69) << r;
   EXPECT_NE(r.err.find("LOADING"), std::string::npos) << r;
+}
+
+// A script that runs past busy-reply-threshold: the server answers BUSY to everything else until it
+// ends (here: SCRIPT KILL).
+class BusyTest : public FencerunTest {};
+
+TEST_F(BusyTest, WaitRidesOutABusyScriptAndWithoutWaitItIsUnavailable) {
+  ASSERT_TRUE(redis().cmd({"CONFIG", "SET", "busy-reply-threshold", "100"}).ok());
+  std::thread script([&] { redis().cmd({"EVAL", "while true do end", "0"}, 30000ms); });
+  const bool busy = wait_until([&] { return redis().cmd({"PING"}).str.rfind("BUSY", 0) == 0; }, 5s);
+  RunResult nowait;
+  std::unique_ptr<FencerunProcess> waiter;
+  if (busy) {
+    nowait = run({"-r", redis().url(), "busy", "--", "true"});
+    waiter = start({"-r", redis().url(), "--wait", "20s", "busy", "--", "true"});
+    std::this_thread::sleep_for(700ms);
+  }
+  redis().cmd({"SCRIPT", "KILL"});
+  script.join();
+  ASSERT_TRUE(busy) << "the server never answered BUSY";
+  EXPECT_EQ(nowait.exit_code, 69) << nowait;
+  EXPECT_NE(nowait.err.find("BUSY"), std::string::npos) << nowait;
+  EXPECT_EQ(waiter->wait_for_exit(20s), 0) << waiter->result();
+  EXPECT_EQ(count_of(waiter->err(), "trying again while the wait lasts"), 1) << waiter->result();
+  EXPECT_FALSE(redis().exists(lock_key("busy")));
 }
 
 // maxclients 1, taken by an idle client: the server answers "-ERR max number of clients reached"
