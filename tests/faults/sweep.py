@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Fault-injection sweep: fencerun under strace's --inject, one failing system call at a time.
 
-One normal run under `strace -f` tells which system calls fencerun's own processes and threads make
-from the acquire request on (until the command's execve in the child, and after it in fencerun
+One normal run under `strace -f` (per scenario, see SCENARIOS) tells which system calls fencerun's
+own processes and threads make from the acquire request on (until the command's execve in the child, and after it in fencerun
 itself), and how many of each: nothing is hard-coded but the error each kind of call is made to
 fail with. Then, for every such call S of a kind in ERRORS and every invocation number K at which
 it occurred in that window, fencerun runs again with `--inject=S:error=E:when=K` (strace counts per
@@ -25,7 +25,7 @@ dynamic loader are left out: failing those tests the loader, which cannot recove
 Prints the matrix it covered. Exit 0: all runs passed; 1: a check failed; 77: cannot run here (no
 strace, no unshare, no pid namespace, no redis-server).
 
-    sweep.py FENCERUN MANPAGE [--redis-server PATH] [--jobs N] [--max-k N]
+    sweep.py FENCERUN MANPAGE [--redis-server PATH] [--jobs N] [--max-k N] [--scenarios short,renewing] [--all]
 """
 import argparse
 import collections
@@ -67,6 +67,14 @@ ERRORS["timerfd_settime"] = ("EINVAL",)
 # Calls that cannot fail (getpid, ...), or not in a way a program could handle, or whose failure is
 # the command's (execve): never failed, also with --all.
 NEVER = {"exit", "exit_group", "rt_sigreturn", "execve", "getpid", "getppid", "gettid"}
+
+# The runs: "short" fails calls of every process and thread of fencerun's from the acquire on, in a
+# job that ends at once but leaves a background grandchild for fencerun to stop; "renewing" fails the
+# calls of fencerun's threads (the renewals) in a job that outlives two renewals.
+SCENARIOS = {
+    "short": {"ttl": "5s", "script": "sleep 4 & sleep 0.05", "threads_only": False},
+    "renewing": {"ttl": "3s", "script": "sleep 2.3", "threads_only": True},
+}
 
 SIGNAL_CALLS = ("kill", "tkill", "tgkill", "pidfd_send_signal", "pidfd_open")
 PROCESS_CALLS = ("clone", "clone3", "fork", "vfork", "execve", "setpgid", "exit_group")
@@ -196,13 +204,16 @@ class Trace:
                 counts[name] += 1
         return counts
 
-    def window(self):
-        """{syscall: set of per-thread invocation numbers} of fencerun's calls from the acquire on."""
+    def window(self, threads_only=False):
+        """{syscall: set of per-thread invocation numbers} of fencerun's calls from the acquire on (of
+        its threads other than the main one only, with `threads_only`)."""
         start = self.window_start()
         seen = collections.defaultdict(collections.Counter)
         out = collections.defaultdict(set)
         for index, pid, name, _ in self.calls:
             seen[pid][name] += 1
+            if threads_only and pid not in self.thread:
+                continue
             if start is not None and index >= start and self.fencerun_call(index, pid):
                 out[name].add(seen[pid][name])
         return out
@@ -290,14 +301,14 @@ def self_test():
     return missing + allowed
 
 
-def strace_run(args, fencerun, url, name, inject, trace_path, full):
+def strace_run(args, fencerun, url, name, inject, trace_path, full, scenario):
     command = ["unshare", "-pf", "--mount-proc", "strace", "-f", "-q", "-ttt", "-s", "256", "-o", trace_path]
     if not full:  # the injected call too, so that the trace shows whether the injection fired
         command += ["-e", "trace=" + ",".join(SIGNAL_CALLS + PROCESS_CALLS + ((inject[0],) if inject else ()))]
     if inject:
         command += ["-e", f"inject={inject[0]}:error={inject[1]}:when={inject[2]}"]
-    # The job leaves a background grandchild behind it: fencerun must stop it with the job.
-    command += [fencerun, "-r", url, "--ttl", "5s", name, "--", "sh", "-c", "sleep 4 & sleep 0.05"]
+    command += [fencerun, "-r", url, "--ttl", SCENARIOS[scenario]["ttl"], name, "--", "sh", "-c",
+                SCENARIOS[scenario]["script"]]
     began = time.monotonic()
     try:
         p = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=args.run_timeout)
@@ -340,9 +351,9 @@ def check(args, codes, redis, trace, code, err, name, took):
         # A command killed by a signal of its own ends fencerun with that signal too.
         if status not in allowed and not (-1 in command_codes and status > 128):
             problems.append(f"exit {status} is not documented")
-        # The lease (5 s) cannot run short in a run of this length: 124 would be a false alarm.
+        # No lease (3 s or more) can run short in a run this short: 124 would be a false alarm.
         if status == 124 and took < 2.0:
-            problems.append(f"exit 124 (lease lost) after {took:.1f}s of a 5s lease")
+            problems.append(f"exit 124 (lease lost) after {took:.1f}s")
     main_end = trace.exit_time.get(trace.main)
     for p in sorted(trace.descendants()):
         end = trace.exit_time.get(p)
@@ -364,6 +375,7 @@ def main():
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--max-k", type=int, default=16, help="at most this many invocation numbers per call")
     parser.add_argument("--run-timeout", type=float, default=20)
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="which runs (see SCENARIOS)")
     parser.add_argument("--all", action="store_true",
                         help="also fail the calls ERRORS has no entry for, with EINVAL (futexes, clocks, ...)")
     args = parser.parse_args()
@@ -403,63 +415,66 @@ def main():
             time.sleep(0.02)
         url = "unix://" + sock
 
-        # The normal run: which calls happen, and at which invocation numbers.
-        code, err, trace, took = strace_run(args, args.fencerun, url, "sweep-discovery", None,
-                                            os.path.join(work, "discovery.trace"), True)
-        problems, status, ran = check(args, codes, redis, trace, code, err, "sweep-discovery", took)
-        if problems or status != 0 or not ran:
-            print(f"FAIL: the normal run did not pass (exit {status}): {problems}\n{err}")
-            return 1
-        window = trace.window()
-        if not window:
-            print("FAIL: no acquire request (EVALSHA) found in the trace of the normal run")
-            return 1
+        # A normal run of each scenario: which calls happen, and at which invocation numbers.
         plan = []
-        loader = trace.loader_calls()
-        skipped = []
-        for name in sorted(window):
-            if name not in ERRORS and not (args.all and name not in NEVER):
-                continue
-            # strace counts per thread: a K at which the main process was still in the dynamic loader
-            # would fail the loader (which cannot recover) as well as the call in the window.
-            ks = sorted(k for k in window[name] if k > loader[name])
-            skipped += [f"{name}:{k}" for k in sorted(window[name]) if k <= loader[name]]
-            if len(ks) > args.max_k:  # evenly spread, first and last included
-                step = (len(ks) - 1) / (args.max_k - 1)
-                ks = sorted({ks[round(i * step)] for i in range(args.max_k)})
-            plan += [(name, error, k) for error in ERRORS.get(name, ("EINVAL",)) for k in ks]
-        print(f"normal run: {took:.2f}s under strace; documented exit codes {sorted(codes)}")
-        if skipped:
-            print("left out, the main process's K-th call being the dynamic loader's: " + ", ".join(skipped))
-        print("calls of fencerun's processes from the acquire on, traced but not injected: " +
-              ", ".join(f"{n}x{len(window[n])}" for n in sorted(window) if n not in ERRORS))
+        print(f"documented exit codes {sorted(codes)}")
+        for scenario in args.scenarios.split(","):
+            code, err, trace, took = strace_run(args, args.fencerun, url, f"sweep-{scenario}", None,
+                                                os.path.join(work, f"{scenario}.trace"), True, scenario)
+            problems, status, ran = check(args, codes, redis, trace, code, err, f"sweep-{scenario}", took)
+            if problems or status != 0 or not ran:
+                print(f"FAIL: the normal run ({scenario}) did not pass (exit {status}): {problems}\n{err}")
+                return 1
+            window = trace.window(SCENARIOS[scenario]["threads_only"])
+            if not window:
+                print(f"FAIL: no call found in the window of the normal run ({scenario})")
+                return 1
+            loader = trace.loader_calls()
+            skipped = []
+            for name in sorted(window):
+                if name not in ERRORS and not (args.all and name not in NEVER):
+                    continue
+                # strace counts per thread: a K at which the main process was still in the dynamic
+                # loader would fail the loader (which cannot recover) as well as the call in the window.
+                ks = sorted(k for k in window[name] if k > loader[name])
+                skipped += [f"{name}:{k}" for k in sorted(window[name]) if k <= loader[name]]
+                if len(ks) > args.max_k:  # evenly spread, first and last included
+                    step = (len(ks) - 1) / (args.max_k - 1)
+                    ks = sorted({ks[round(i * step)] for i in range(args.max_k)})
+                plan += [(scenario, name, error, k) for error in ERRORS.get(name, ("EINVAL",)) for k in ks]
+            print(f"{scenario}: normal run {took:.2f}s under strace (--ttl {SCENARIOS[scenario]['ttl']}, "
+                  f"sh -c '{SCENARIOS[scenario]['script']}')")
+            if skipped:
+                print("  left out, the main process's K-th call being the dynamic loader's: " + ", ".join(skipped))
+            print("  calls from the acquire on, traced but not injected: " +
+                  ", ".join(f"{n}x{len(window[n])}" for n in sorted(window) if n not in ERRORS))
 
         def one(item):
-            i, (name, error, k) = item
-            lock = f"sweep-{name}-{error}-{k}"
+            i, (scenario, name, error, k) = item
+            lock = f"sweep-{scenario}-{name}-{error}-{k}"
             return item, strace_run(args, args.fencerun, url, lock, (name, error, k),
-                                    os.path.join(work, f"{i}.trace"), False), lock
+                                    os.path.join(work, f"{i}.trace"), False, scenario), lock
 
         results = collections.OrderedDict()
         failures = []
         began = time.monotonic()
         with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            for (i, (name, error, k)), (code, err, trace, took), lock in pool.map(one, enumerate(plan)):
+            for (i, (scenario, name, error, k)), (code, err, trace, took), lock in pool.map(one, enumerate(plan)):
                 problems, status, ran = check(args, codes, redis, trace, code, err, lock, took)
-                results.setdefault((name, error), []).append((k, status, ran, problems, trace.injected))
+                results.setdefault((scenario, name, error), []).append((k, status, ran, problems, trace.injected))
                 if problems:
-                    failures.append((name, error, k, status, problems, err))
+                    failures.append((f"{scenario} {name}", error, k, status, problems, err))
         elapsed = time.monotonic() - began
 
         print("\nK: exit status of the run failing the K-th call (per thread); * the command ran, "
               "~ no call failed (the run made fewer), ! a check failed")
-        print(f"{'syscall':<16}{'error':<12}outcomes")
+        print(f"{'run':<10}{'syscall':<16}{'error':<12}outcomes")
         fired = 0
-        for (name, error), rows in results.items():
+        for (scenario, name, error), rows in results.items():
             outcomes = " ".join(f"{k}:{status}{'*' if ran else ''}{'' if injected else '~'}{'!' if problems else ''}"
                                 for k, status, ran, problems, injected in rows)
             fired += sum(1 for *_, injected in rows if injected)
-            print(f"{name:<16}{error:<12}{outcomes}")
+            print(f"{scenario:<10}{name:<16}{error:<12}{outcomes}")
         print(f"\n{len(plan)} runs of {len(results)} calls ({fired} with a failed call) in {elapsed:.1f}s "
               f"({args.jobs} at a time); {len(failures)} failed")
         for name, error, k, status, problems, err in failures:
