@@ -191,7 +191,8 @@ std::expected<Listing, ListFailure> walk(const redis::RedisEndpoint& endpoint, c
   for (std::size_t n = 0; n < nodes.size(); ++n) {
     std::string cursor = "0";
     do {
-      auto reply = nodes[n].command({"SCAN", cursor, "MATCH", match, "COUNT", "1000"}, BootClock::now() + c.common.timeout);
+      auto reply = nodes[n].command({"SCAN", cursor, "MATCH", match, "COUNT", "1000"}, BootClock::now() + c.common.timeout,
+                                    redis::Resend::idempotent);
       if (!reply) return std::unexpected(ListFailure{reply.error(), {}});
       if (reply->is_error() || !reply->is_array() || reply->elements.size() != 2 || !reply->elements[0].is_string())
         return std::unexpected(ListFailure{

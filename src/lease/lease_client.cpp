@@ -96,7 +96,7 @@ Result<RenewOutcome> LeaseClient::renew(std::string_view value, std::chrono::mil
   std::string ttl_ms = std::to_string(ttl.count());
   std::string_view keys[] = {m_keys.lock};
   std::string_view args[] = {value, ttl_ms};
-  auto reply = run_script(m_client, scripts::k_renew, keys, args, deadline, sent);
+  auto reply = run_script(m_client, scripts::k_renew, keys, args, deadline, sent, redis::Resend::idempotent);
   if (!reply) return std::unexpected(reply.error());
   auto n = reply->as_integer();
   if (!n) return std::unexpected(protocol_error("unexpected reply to the renew script"));
@@ -132,13 +132,14 @@ Result<bool> LeaseClient::release(std::string_view owner, std::optional<std::str
     std::vector<std::vector<std::string_view>> commands = {
         std::move(del),
         {"EVALSHA", scripts::k_wake.sha1, "3", m_keys.lock, m_keys.queue, m_keys.turn, m_keys.wake, turn_ms}};
-    auto replies = m_client.pipeline(commands, deadline);
+    auto replies = m_client.pipeline(commands, deadline, redis::Resend::idempotent);
     if (!replies) return std::unexpected(replies.error());
     const Reply& reply = replies->front();
     if (auto n = reply.as_integer(); n && !reply.is_error()) {
       // The delete ran; a wake that could not (the script not cached yet) is sent on its own.
       if ((*replies)[1].error_is("NOSCRIPT"))
-        [[maybe_unused]] auto woken = run_script(m_client, scripts::k_wake, queue_keys, wake_args, deadline, sent);
+        [[maybe_unused]] auto woken = run_script(m_client, scripts::k_wake, queue_keys, wake_args, deadline, sent,
+                                                redis::Resend::idempotent);
       return *n == 1;
     }
     // Refused (renamed, not allowed by the ACL, absent after a failover): nothing was deleted.
@@ -146,11 +147,12 @@ Result<bool> LeaseClient::release(std::string_view owner, std::optional<std::str
     m_native_refused = true;
   }
   std::string_view args[] = {owner, m_keys.wake, turn_ms};
-  auto reply = run_script(m_client, scripts::k_release, queue_keys, args, deadline, sent);
+  auto reply = run_script(m_client, scripts::k_release, queue_keys, args, deadline, sent, redis::Resend::idempotent);
   if (!reply && reply.error().kind == Error::Kind::migrating) {
     // The slot is migrating and the queue keys are not where the lock is: release the lock alone. A
     // waiter then notices at the end of the lease it was told about.
-    reply = run_script(m_client, scripts::k_release, std::span(queue_keys, 1), args, deadline, sent);
+    reply = run_script(m_client, scripts::k_release, std::span(queue_keys, 1), args, deadline, sent,
+                       redis::Resend::idempotent);
   }
   if (!reply) return std::unexpected(reply.error());
   auto n = reply->as_integer();
@@ -163,7 +165,7 @@ Result<void> LeaseClient::leave_queue(std::string_view owner, Deadline deadline)
   std::string_view keys[] = {m_keys.lock, m_keys.queue, m_keys.turn};
   std::string_view args[] = {owner, m_keys.wake, turn_ms};
   Deadline sent{};
-  auto reply = run_script(m_client, scripts::k_leave, keys, args, deadline, sent);
+  auto reply = run_script(m_client, scripts::k_leave, keys, args, deadline, sent, redis::Resend::idempotent);
   if (!reply) return std::unexpected(reply.error());
   return {};
 }
@@ -176,7 +178,7 @@ Result<LockStatus> lock_status(redis::Client& client, const LockKeys& keys, Dead
     for (std::size_t i = 0; i < replies->size(); ++i) {
       Reply& r = (*replies)[i];
       if (!(r.error_is("ASK") || r.error_is("MOVED"))) continue;
-      auto again = client.pipeline(std::span(&sent[i], 1), deadline);
+      auto again = client.pipeline(std::span(&sent[i], 1), deadline, redis::Resend::idempotent);
       if (!again) {
         replies = std::unexpected(again.error());
         return;
@@ -199,7 +201,7 @@ Result<LockStatus> lock_status(redis::Client& client, const LockKeys& keys, Dead
   std::vector<std::vector<std::string_view>> commands = {{"GET", keys.lock},   {"PTTL", keys.lock},
                                                          {"GET", keys.token},  {"GET", keys.limit},
                                                          {"ZCARD", keys.queue}};
-  auto replies = client.pipeline(commands, deadline);
+  auto replies = client.pipeline(commands, deadline, redis::Resend::idempotent);
   redirected(replies, commands);
   if (auto ok = check(replies); !ok) return std::unexpected(ok.error());
   const auto& r = *replies;
@@ -220,7 +222,7 @@ Result<LockStatus> lock_status(redis::Client& client, const LockKeys& keys, Dead
     slot_commands.push_back({"GET", k});
     slot_commands.push_back({"PTTL", k});
   }
-  auto slots = client.pipeline(slot_commands, deadline);
+  auto slots = client.pipeline(slot_commands, deadline, redis::Resend::idempotent);
   redirected(slots, slot_commands);
   if (auto ok = check(slots); !ok) return std::unexpected(ok.error());
   for (long i = 0; i < *limit; ++i)

@@ -121,13 +121,17 @@ class RedisHeldLease final : public KeptLease {
   Released release() override {
     stop_keeping();
     m_released = true;
-    auto released = m_client.release(m_request.owner, m_acquired.value, BootClock::now() + m_request.request_timeout);
+    const Deadline began = BootClock::now();
+    auto released = m_client.release(m_request.owner, m_acquired.value, began + m_request.request_timeout);
     if (!released) {
       log::event(log::Level::warn, "release_failed",
                  "could not release the lock (it expires by itself): " + released.error().message, m_context);
       return Released::failed;
     }
-    if (*released) {
+    // Gone, but the release went out twice (the connection failed under the first attempt, which may
+    // have run): the lock was ours until our deadline, which had not passed when the first attempt
+    // went out, so that attempt deleted it.
+    if (*released || (m_client.client().last_request_repeated() && began < deadline())) {
       log::event(log::Level::info, "released", "released lock", m_context);
       return Released::yes;
     }
@@ -177,8 +181,9 @@ class RedisLease final : public Lease {
     auto cleanup = std::min<milliseconds>(m_request.request_timeout / 4, milliseconds(200));
     [[maybe_unused]] auto cleaned = m_lease.release(m_request.owner, std::nullopt, BootClock::now() + cleanup);
   }
-  void log_retry(const redis::Error& error, milliseconds retry_in) const {
-    log::event(log::Level::warn, "redis_retry",
+  // At the default level once per outage (the first failure), then at debug level.
+  void log_retry(const redis::Error& error, milliseconds retry_in, bool first) const {
+    log::event(first ? log::Level::warn : log::Level::debug, "redis_retry",
                "cannot use Redis at " + m_target.redacted_url + ": " + error.message +
                    "; trying again while the wait lasts",
                {{"lock", m_request.lock}, {"kind", redis::to_string(error.kind)},
@@ -295,8 +300,10 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> RedisLease::acquire(Waite
     if (!result) {
       const redis::Error& error = result.error();
       clean_up_after(error);
+      // A server that is down, slow, restarting (LOADING), busy with a script (BUSY), without its
+      // master (MASTERDOWN, CLUSTERDOWN) or full (its client limit) may serve a moment later.
       bool retryable = error.kind == redis::Error::Kind::connection || error.kind == redis::Error::Kind::timeout ||
-                       error.kind == redis::Error::Kind::migrating;
+                       error.kind == redis::Error::Kind::migrating || error.kind == redis::Error::Kind::unready;
       now = BootClock::now();
       if (!retryable || !wait_until || now >= *wait_until) {
         log_unavailable(error);
@@ -306,7 +313,7 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> RedisLease::acquire(Waite
       // Waiting: a restart or a failover of the server is not the end of the wait.
       ++connection_failures;
       Deadline wake = std::min(now + reconnect_pause(connection_failures, rng), *wait_until);
-      log_retry(error, std::chrono::duration_cast<milliseconds>(wake - now));
+      log_retry(error, std::chrono::duration_cast<milliseconds>(wake - now), connection_failures == 1);
       subscriber.reset();
       subscribe_tried = false;
       bool woken = false;

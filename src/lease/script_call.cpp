@@ -13,7 +13,7 @@ Error protocol_error(std::string what) { return Error{Error::Kind::protocol, std
 Result<std::vector<Reply>> run_script(redis::Client& client, const scripts::Source& script,
                                       std::span<const std::string_view> keys, std::span<const std::string_view> args,
                                       std::span<const std::vector<std::string_view>> followups, Deadline deadline,
-                                      Deadline& sent) {
+                                      Deadline& sent, redis::Resend resend) {
   if (auto ok = client.connect(deadline); !ok) return std::unexpected(ok.error());
   std::string numkeys = std::to_string(keys.size());
   std::vector<std::vector<std::string_view>> commands(1 + followups.size());
@@ -26,12 +26,12 @@ Result<std::vector<Reply>> run_script(redis::Client& client, const scripts::Sour
   argv.insert(argv.end(), args.begin(), args.end());
   std::copy(followups.begin(), followups.end(), commands.begin() + 1);
   sent = BootClock::now();
-  auto replies = client.pipeline(commands, deadline);
+  auto replies = client.pipeline(commands, deadline, resend);
   if (replies && replies->front().error_is("NOSCRIPT")) {
     argv[0] = "EVAL";
     argv[1] = script.text;
     sent = BootClock::now();
-    replies = client.pipeline(commands, deadline);
+    replies = client.pipeline(commands, deadline, resend);
   }
   // While a Cluster slot migrates, TRYAGAIN refuses a script whose declared keys are not all on the
   // node, and a key a script reads without declaring it (a counting lock's slots) fails it there: then
@@ -46,8 +46,9 @@ Result<std::vector<Reply>> run_script(redis::Client& client, const scripts::Sour
 }
 
 Result<Reply> run_script(redis::Client& client, const scripts::Source& script, std::span<const std::string_view> keys,
-                         std::span<const std::string_view> args, Deadline deadline, Deadline& sent) {
-  auto replies = run_script(client, script, keys, args, {}, deadline, sent);
+                         std::span<const std::string_view> args, Deadline deadline, Deadline& sent,
+                         redis::Resend resend) {
+  auto replies = run_script(client, script, keys, args, {}, deadline, sent, resend);
   if (!replies) return std::unexpected(replies.error());
   return std::move(replies->front());
 }

@@ -27,15 +27,17 @@ std::optional<T> to_number(std::string_view s) {
 
 // EVALSHA, then EVAL when the server does not have the script cached (first use after a restart or
 // SCRIPT FLUSH). `followups` go out in the same write, after the script. `sent` is read just before the
-// request that produced the replies was written.
+// request that produced the replies was written (before its first try, when the client sent it twice:
+// see redis::Resend, which owner-checked scripts ask for).
 redis::Result<std::vector<redis::Reply>> run_script(redis::Client& client, const scripts::Source& script,
                                                     std::span<const std::string_view> keys,
                                                     std::span<const std::string_view> args,
                                                     std::span<const std::vector<std::string_view>> followups,
-                                                    Deadline deadline, Deadline& sent);
+                                                    Deadline deadline, Deadline& sent,
+                                                    redis::Resend resend = redis::Resend::never);
 redis::Result<redis::Reply> run_script(redis::Client& client, const scripts::Source& script,
                                        std::span<const std::string_view> keys, std::span<const std::string_view> args,
-                                       Deadline deadline, Deadline& sent);
+                                       Deadline deadline, Deadline& sent, redis::Resend resend = redis::Resend::never);
 
 // An acquire script, with WAIT after it when replicas must confirm (still one round trip): its reply
 // decoded, and with an acquisition how many replicas confirmed it.

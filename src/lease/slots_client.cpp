@@ -30,7 +30,8 @@ Result<void> SlotsClient::leave_queue(std::string_view owner, Deadline deadline)
   std::string_view keys[] = {m_keys.queue, m_keys.turns};
   std::string_view args[] = {owner, m_keys.wake, turn_ms, m_keys.slots, m_limit};
   Deadline sent{};
-  auto reply = detail::run_script(m_client, scripts::k_slots_leave, keys, args, deadline, sent);
+  auto reply = detail::run_script(m_client, scripts::k_slots_leave, keys, args, deadline, sent,
+                                  redis::Resend::idempotent);
   if (!reply) return std::unexpected(reply.error());
   return {};
 }
@@ -42,7 +43,8 @@ Result<RenewOutcome> SlotsClient::renew(std::string_view value, std::chrono::mil
   std::string ttl_ms = std::to_string(ttl.count());
   std::string_view keys[] = {key};
   std::string_view args[] = {value, ttl_ms};
-  auto reply = detail::run_script(m_client, scripts::k_renew, keys, args, deadline, sent);
+  auto reply = detail::run_script(m_client, scripts::k_renew, keys, args, deadline, sent,
+                                  redis::Resend::idempotent);
   if (!reply) return std::unexpected(reply.error());
   auto n = reply->as_integer();
   if (!n) return std::unexpected(detail::protocol_error("unexpected reply to the renew script"));
@@ -59,7 +61,8 @@ Result<bool> SlotsClient::release(std::string_view owner, std::optional<std::str
   std::string_view keys[] = {m_keys.limit, m_keys.queue, m_keys.turns};
   std::string_view args[] = {owner, slot, m_keys.slots, m_limit, m_keys.wake, turn_ms};
   Deadline sent{};
-  auto reply = detail::run_script(m_client, scripts::k_slots_release, keys, args, deadline, sent);
+  auto reply = detail::run_script(m_client, scripts::k_slots_release, keys, args, deadline, sent,
+                                  redis::Resend::idempotent);
   if (!reply) return std::unexpected(reply.error());
   auto n = reply->as_integer();
   if (!n) return std::unexpected(detail::protocol_error("unexpected reply to the release script"));

@@ -4,10 +4,13 @@
 
 #include <hiredis/hiredis.h>
 
+#include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 
+#include "log/log.hpp"
 #include "redis/transport.hpp"
 
 namespace fencerun::redis {
@@ -90,6 +93,16 @@ std::optional<std::string> auth_refusal(const Reply& r, std::string_view passwor
   return std::nullopt;
 }
 
+// A refusal the server sent before closing the connection, as the error to report instead of the
+// closed or reset connection (which says nothing of why). A "not now" refusal (the client limit) means
+// the request did not run; after any other, the failure's own maybe_executed stands.
+Error refused_then_closed(const Reply& said, const std::string& where, const Error& failure) {
+  if (is_unready(said))
+    return Error{Error::Kind::unready, where + " refused the request and closed the connection: " + said.str, false};
+  return Error{failure.kind, where + " answered " + said.str + " and closed the connection (" + failure.message + ")",
+               failure.maybe_executed};
+}
+
 // For failures before the caller's request was written (connect, handshake, discovery).
 Error not_sent(Error e) {
   e.maybe_executed = false;
@@ -97,6 +110,12 @@ Error not_sent(Error e) {
 }
 
 }  // namespace
+
+bool is_unready(const Reply& reply) {
+  return reply.error_is("LOADING") || reply.error_is("BUSY") || reply.error_is("MASTERDOWN") ||
+         reply.error_is("CLUSTERDOWN") ||
+         (reply.is_error() && starts_with(reply.str, "ERR max number of clients reached"));
+}
 
 std::string hiredis_version() {
   return std::to_string(HIREDIS_MAJOR) + "." + std::to_string(HIREDIS_MINOR) + "." + std::to_string(HIREDIS_PATCH);
@@ -114,12 +133,20 @@ struct Client::Connection {
   bool plain_tcp = false;           // TCP without TLS: a TLS server may be behind it
   bool answered = false;            // any byte arrived from the server yet
   bool probed = false;              // the server probe went out with an earlier request
+  bool served = false;              // a request of the caller's was answered on it
 
   // Writes `payload` and reads `count` replies. Any failure leaves the connection unusable. Once the
   // whole payload is written, every failure is reported as maybe executed.
   Result<std::vector<Reply>> exchange(const std::string& payload, std::size_t count, Deadline deadline) {
-    if (auto ok = transport->write_all(payload.data(), payload.size(), deadline); !ok)
-      return std::unexpected(ok.error());  // the transport knows whether any byte went out
+    if (auto ok = transport->write_all(payload.data(), payload.size(), deadline); !ok) {
+      // The transport knows whether any byte went out. A server that answered and closed before
+      // reading (a refusal such as its client limit) makes the write fail with EPIPE or ECONNRESET:
+      // what it sent is still readable, and says why.
+      if (ok.error().kind == Error::Kind::connection)
+        if (auto said = last_words())
+          return std::unexpected(refused_then_closed(*said, where, ok.error()));
+      return std::unexpected(ok.error());
+    }
     auto sent_failure = [](Error e) -> Result<std::vector<Reply>> {
       e.maybe_executed = true;
       return std::unexpected(std::move(e));
@@ -148,6 +175,16 @@ struct Client::Connection {
         if (plain_tcp && !answered && n.error().kind == Error::Kind::connection)
           n.error().message = "the server closed the connection before answering (" + n.error().message +
                               "): it may expect TLS on this port (try rediss://)";
+        // An error reply before the close is the server's reason (its client limit, ...), not the
+        // reset the next read met.
+        if (n.error().kind == Error::Kind::connection) {
+          auto said = std::ranges::find_if(out, [](const Reply& r) { return r.is_error(); });
+          if (said != out.end()) {
+            Error e = n.error();
+            e.maybe_executed = true;
+            return std::unexpected(refused_then_closed(*said, where, e));
+          }
+        }
         return sent_failure(n.error());
       }
       answered = true;
@@ -155,6 +192,34 @@ struct Client::Connection {
         return sent_failure(Error{Error::Kind::protocol, std::string("bad reply from server: ") + reader->errstr});
     }
     return out;
+  }
+
+  // The first reply of what the server sent and left unread, without waiting: after a failed write,
+  // its reason for closing.
+  std::optional<Reply> last_words() {
+    char buf[4096];
+    for (int reads = 0; reads < 4; ++reads) {
+      void* raw = nullptr;
+      if (::redisReaderGetReply(reader.get(), &raw) != REDIS_OK) return std::nullopt;
+      if (raw) {
+        Reply r = convert(static_cast<redisReply*>(raw));
+        ::freeReplyObject(raw);
+        return r;
+      }
+      auto n = transport->read_some(buf, sizeof buf, BootClock::now());
+      if (!n || ::redisReaderFeed(reader.get(), buf, *n) != REDIS_OK) return std::nullopt;
+    }
+    return std::nullopt;
+  }
+
+  // Whether the server closed this idle connection (or sent something unasked, which would
+  // desynchronise it): then it must not carry the next request. Only asked of a connection that
+  // served a request (a fresh TLS connection may still have the server's session tickets unread).
+  bool closed_by_server() const {
+    if (!served) return false;
+    if (transport->has_buffered() || reader->len > reader->pos) return true;
+    pollfd p{transport->fd(), POLLIN | POLLRDHUP, 0};
+    return ::poll(&p, 1, 0) > 0;
   }
 };
 
@@ -223,6 +288,10 @@ Result<std::unique_ptr<Client::Connection>> Client::open_node(const RedisEndpoin
   // Whatever happens to the handshake, the caller's request has not been sent yet.
   auto result = conn->exchange(payload, replies, deadline);
   if (!result) return std::unexpected(not_sent(result.error()));
+  // LOADING, or the client limit answered to the first command: not now, rather than a wrong password.
+  for (const Reply& r : *result)
+    if (is_unready(r))
+      return std::unexpected(Error{Error::Kind::unready, conn->where + " is not serving now: " + r.str, false});
   std::size_t i = 0;
   if (auth && (*result)[i++].is_error()) {  // the reply text never contains the password
     const Reply& refused = (*result)[i - 1];
@@ -379,11 +448,25 @@ ServerInfo parse_probe(const Reply& hello, const Reply& info, const std::string&
 
 }  // namespace
 
-Result<std::vector<Reply>> Client::send(std::span<const std::vector<std::string_view>> commands, Deadline deadline) {
+void Client::drop_if_closed_by_server() {
+  if (!m_conn || !m_conn->closed_by_server()) return;
+  log::event(log::Level::debug, "reconnected",
+             "the server closed the idle connection to " + m_conn->where + ": sending on a new one",
+             {{"node", m_conn->where}});
+  disconnect();
+}
+
+Result<std::vector<Reply>> Client::send(std::span<const std::vector<std::string_view>> commands, Deadline deadline,
+                                        Resend resend) {
   std::string payload;
   for (const auto& c : commands) append_command(payload, c);
   recheck_master(deadline);
+  // An idle timeout on the server (or a middlebox) closed the connection: nothing is sent on it.
+  drop_if_closed_by_server();
+  bool resent = false;
+  m_repeated = false;
   for (int redirects = 0;; ++redirects) {
+    const bool reused = m_conn && m_conn->served;  // it served earlier requests
     if (auto ok = connect(deadline); !ok) return std::unexpected(ok.error());
     const bool probe = m_learn_server && !m_conn->probed && m_probe_failures < k_max_probe_failures;
     auto replies = probe ? m_conn->exchange(probe_payload() + payload, commands.size() + k_probe_replies, deadline)
@@ -394,16 +477,43 @@ Result<std::vector<Reply>> Client::send(std::span<const std::vector<std::string_
       const auto kind = replies.error().kind;
       if (probe && replies.error().maybe_executed && (kind == Error::Kind::connection || kind == Error::Kind::protocol))
         ++m_probe_failures;
+      const std::string where = m_conn->where;
       disconnect();  // a late reply would desynchronise the stream: start afresh next time
+      // The connection closed or reset before anything of the request was sent on it, or under a
+      // request that is safe to repeat on a connection that served earlier ones (the server closed it
+      // between the check above and the write, or a middlebox dropped it): once more on a new one.
+      if (!resent && kind == Error::Kind::connection &&
+          (!replies.error().maybe_executed || (reused && resend == Resend::idempotent)) &&
+          time_left(deadline) > BootClock::duration::zero()) {
+        resent = true;
+        m_repeated = replies.error().maybe_executed;
+        log::event(log::Level::debug, "reconnected",
+                   "the connection to " + where + " failed (" + replies.error().message +
+                       "): sending the request again on a new one",
+                   {{"node", where}});
+        --redirects;
+        continue;
+      }
       return std::unexpected(replies.error());
     }
+    m_conn->served = true;
     if (probe) {
-      m_conn->probed = true;
-      m_probe_failures = 0;
-      m_server = parse_probe((*replies)[0], (*replies)[1], m_conn->where);
+      // A server that refused the probe for the moment (BUSY, LOADING) is probed again next time.
+      if (!is_unready((*replies)[0]) && !is_unready((*replies)[1])) {
+        m_conn->probed = true;
+        m_probe_failures = 0;
+        m_server = parse_probe((*replies)[0], (*replies)[1], m_conn->where);
+      }
       replies->erase(replies->begin(), replies->begin() + k_probe_replies);
     }
     const Reply& first = replies->front();
+    if (is_unready(first)) {
+      // Not run (a command behind the first may have been, if the state ended in between).
+      const bool all = std::ranges::all_of(*replies, [](const Reply& r) { return is_unready(r); });
+      Error e{Error::Kind::unready, m_conn->where + " is not serving now: " + first.str, !all};
+      if (starts_with(first.str, "ERR max number of clients reached")) disconnect();  // it closes anyway
+      return std::unexpected(std::move(e));
+    }
     if (first.error_is("TRYAGAIN") && BootClock::now() + std::chrono::milliseconds(25) < deadline) {
       // A multi-key request during a slot migration: refused, not run. Try again shortly.
       ::usleep(25'000);
@@ -449,7 +559,7 @@ Result<std::vector<Reply>> Client::send(std::span<const std::vector<std::string_
 
 Result<void> Client::subscribe(std::string_view channel, Deadline deadline) {
   std::string_view argv[] = {"SUBSCRIBE", channel};
-  auto reply = command(argv, deadline);
+  auto reply = command(argv, deadline, Resend::idempotent);
   if (!reply) return std::unexpected(reply.error());
   if (!reply->is_array() || reply->elements.empty() || reply->elements[0].str != "subscribe") {
     disconnect();
@@ -498,16 +608,16 @@ Result<std::vector<std::string>> Client::drain_messages() {
   }
 }
 
-Result<Reply> Client::command(std::span<const std::string_view> argv, Deadline deadline) {
+Result<Reply> Client::command(std::span<const std::string_view> argv, Deadline deadline, Resend resend) {
   std::vector<std::string_view> one(argv.begin(), argv.end());
-  auto replies = send(std::span<const std::vector<std::string_view>>(&one, 1), deadline);
+  auto replies = send(std::span<const std::vector<std::string_view>>(&one, 1), deadline, resend);
   if (!replies) return std::unexpected(replies.error());
   return std::move(replies->front());
 }
 
 Result<std::vector<Reply>> Client::pipeline(std::span<const std::vector<std::string_view>> commands,
-                                            Deadline deadline) {
-  return send(commands, deadline);
+                                            Deadline deadline, Resend resend) {
+  return send(commands, deadline, resend);
 }
 
 }  // namespace fencerun::redis

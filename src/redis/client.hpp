@@ -20,6 +20,20 @@ namespace fencerun::redis {
 
 class Transport;
 
+// Whether a request may be sent a second time when its connection failed under it. Every request is
+// sent on a fresh connection when the one it would have used was found closed by the server before
+// anything was written (an idle timeout), or when the connection failed before any byte of it went
+// out: that is never a repeat. `idempotent` requests (owner-checked
+// renewal and release, reads, a subscription) are also sent once more on a fresh connection, within
+// the same deadline, when a connection that had served earlier requests closed or reset under them
+// (the server may or may not have run them; running them twice is harmless). An acquisition is never
+// repeated: its caller undoes a request that may have run.
+enum class Resend { never, idempotent };
+
+// The server's error replies that mean "not now" rather than "no": LOADING, BUSY, MASTERDOWN,
+// CLUSTERDOWN and "ERR max number of clients reached". The command was not run.
+bool is_unready(const Reply& reply);
+
 // The hiredis version fencerun was built with, e.g. "1.1.0" (for --version).
 std::string hiredis_version();
 
@@ -43,13 +57,17 @@ class Client {
   Client& operator=(Client&&) noexcept;
 
   // Sends one command and waits for its reply until `deadline`.
-  Result<Reply> command(std::span<const std::string_view> argv, Deadline deadline);
-  Result<Reply> command(std::initializer_list<std::string_view> argv, Deadline deadline) {
-    return command(std::span<const std::string_view>(argv.begin(), argv.size()), deadline);
+  // A reply of the kind is_unready() names comes back as an Error of kind `unready` with the
+  // server's words.
+  Result<Reply> command(std::span<const std::string_view> argv, Deadline deadline, Resend resend = Resend::never);
+  Result<Reply> command(std::initializer_list<std::string_view> argv, Deadline deadline,
+                        Resend resend = Resend::never) {
+    return command(std::span<const std::string_view>(argv.begin(), argv.size()), deadline, resend);
   }
   // Sends several commands in one write and reads all replies (one round trip). Commands must address
   // keys of one hash slot (a redirection of the first command re-sends them all).
-  Result<std::vector<Reply>> pipeline(std::span<const std::vector<std::string_view>> commands, Deadline deadline);
+  Result<std::vector<Reply>> pipeline(std::span<const std::vector<std::string_view>> commands, Deadline deadline,
+                                      Resend resend = Resend::never);
 
   // Subscriber mode (a connection of its own: RESP2 allows nothing else on it). subscribe() returns once
   // the server confirmed the subscription; afterwards wait with poll() on wake_fd() (and
@@ -69,6 +87,9 @@ class Client {
   // no extra round trip), and server() tells what they said. Off by default: only the lease's own
   // connection needs it.
   void learn_server() { m_learn_server = true; }
+  // Whether the last request went out twice, its first attempt having perhaps run (Resend::idempotent
+  // after a connection failed under it): an owner-checked release then finds the lock gone.
+  bool last_request_repeated() const { return m_repeated; }
   // What the server of the last connection that answered the probe said; nullopt before that.
   const std::optional<ServerInfo>& server() const { return m_server; }
   // The node currently talked to (after sentinel discovery or a cluster redirection), as host:port.
@@ -85,7 +106,11 @@ class Client {
   Result<std::unique_ptr<Connection>> open_node(const RedisEndpoint& node, bool check_master,
                                                 Deadline deadline, bool sentinel = false);
   Result<RedisEndpoint> discover_master(Deadline deadline);
-  Result<std::vector<Reply>> send(std::span<const std::vector<std::string_view>> commands, Deadline deadline);
+  Result<std::vector<Reply>> send(std::span<const std::vector<std::string_view>> commands, Deadline deadline,
+                                  Resend resend);
+  // Closes the connection when the server closed (or reset) it while it was idle, so the next
+  // request goes out on a fresh one. The debug event `reconnected` says so.
+  void drop_if_closed_by_server();
 
   // Sentinel: look up the master again before a request when the last look-up is older than this,
   // so a failover is followed even while the old master still answers as one.
@@ -108,6 +133,7 @@ class Client {
   static constexpr int k_max_probe_failures = 2;
   int m_probe_failures = 0;
   std::optional<ServerInfo> m_server;
+  bool m_repeated = false;
 };
 
 }  // namespace fencerun::redis

@@ -17,6 +17,8 @@ struct Error {
     database,    // SELECT was refused: the URL names a database the server does not have
     protocol,    // the server sent something that is not RESP, or an unexpected reply shape
     migrating,   // a multi-key request refused (TRYAGAIN, not run) while a Cluster slot migrates
+    unready,     // the server answered but serves nobody now (LOADING, BUSY, MASTERDOWN, CLUSTERDOWN, or
+                 // its client limit): nothing was run; the same request may succeed a little later
   };
   Kind kind;
   std::string message;
@@ -34,6 +36,7 @@ inline const char* to_string(Error::Kind kind) {
     case Error::Kind::database: return "database";
     case Error::Kind::protocol: return "protocol";
     case Error::Kind::migrating: return "migrating";
+    case Error::Kind::unready: return "unready";
   }
   return "unknown";
 }
