@@ -49,6 +49,7 @@
 #include "lease/script_call.hpp"
 #include "log/log.hpp"
 #include "util/duration.hpp"
+#include "util/error.hpp"
 
 namespace fencerun::lease {
 namespace {
@@ -70,11 +71,13 @@ struct Claim {
   std::uint64_t time_us = 0;
   Holder holder;                          // when not set
   std::optional<milliseconds> remaining;  // the holder's, when not set
+  std::string epoch;                      // NAME's epoch marker on this server
+  bool created = false;                   // the marker was missing and this round created it
 };
 
 Result<Claim> parse_claim(const Reply& r) {
   const auto& e = r.elements;
-  if (!r.is_array() || e.size() != 6) return std::unexpected(protocol_error("unexpected reply to the acquire script"));
+  if (!r.is_array() || e.size() != 8) return std::unexpected(protocol_error("unexpected reply to the acquire script"));
   Claim c;
   c.set = e[0].as_integer() == 1;
   if (e[1].is_string()) {
@@ -86,7 +89,34 @@ Result<Claim> parse_claim(const Reply& r) {
   c.time_us = static_cast<std::uint64_t>(*seconds) * 1'000'000 + static_cast<std::uint64_t>(*micros);
   if (e[4].is_string()) c.holder = parse_holder(e[4].str);
   if (auto pttl = e[5].as_integer(); pttl && *pttl >= 0) c.remaining = milliseconds(*pttl);
+  if (!e[6].is_string()) return std::unexpected(protocol_error("acquire script returned no epoch marker"));
+  c.epoch = e[6].str;
+  c.created = e[7].as_integer() == 1;
   return c;
+}
+
+std::uint64_t time_us(const Reply& seconds, const Reply& micros) {
+  auto s = seconds.as_integer(), u = micros.as_integer();
+  return s && u && *s >= 0 && *u >= 0 ? static_cast<std::uint64_t>(*s) * 1'000'000 + static_cast<std::uint64_t>(*u) : 0;
+}
+
+// One server's answer to a renewal (quorum_renew.lua).
+struct Renewal {
+  RenewOutcome outcome = RenewOutcome::gone;
+  bool set_again = false;
+  std::string epoch;
+  std::uint64_t time_us = 0;
+};
+
+// NAME's epoch marker on a server: the server's TIME in µs when it was created, "G" in front when
+// it was created by the first use of NAME, with every server answering (quorum_token.lua). How long
+// this server has kept NAME's data without a gap, on its own clock: nullopt for a "G" marker (since
+// the lock began), else now - created (0 when the clock went back since).
+std::optional<std::uint64_t> epoch_age_us(std::string_view epoch, std::uint64_t now_us) {
+  if (epoch.starts_with("G")) return std::nullopt;
+  auto created = to_number<std::uint64_t>(epoch);
+  if (!created || *created > now_us) return 0;
+  return now_us - *created;
 }
 
 std::string owner_of(std::string_view value) { return std::string(value.substr(0, value.find(' '))); }
@@ -109,7 +139,26 @@ std::string first_failure(const std::vector<Result<T>>& replies, const std::vect
 class QuorumOps final : public Renewer {
  public:
   QuorumOps(const QuorumTarget& target, LockKeys keys)
-      : m_fanout(target.servers), m_endpoints(target.servers), m_urls(target.redacted_urls), m_keys(std::move(keys)) {}
+      : m_fanout(target.servers),
+        m_endpoints(target.servers),
+        m_urls(target.redacted_urls),
+        m_keys(std::move(keys)),
+        m_epoch_key(m_keys.lock.substr(0, m_keys.lock.size() - 4) + "epoch"),
+        m_quarantine_us(static_cast<std::uint64_t>((target.max_ttl + target.max_ttl / 50 + milliseconds(10)).count()) *
+                        1000),
+        m_seen(target.servers.size()) {}
+
+  // How long a server that lost NAME's data counts towards no majority (on its own clock): the
+  // quorum-wide lease cap, +2% for clock rate drift, +10ms.
+  std::uint64_t quarantine_us() const { return m_quarantine_us; }
+  // Whether a server whose marker is `epoch` counts towards a majority at its time `now_us`.
+  bool settled(std::string_view epoch, std::uint64_t now_us) const {
+    auto age = epoch_age_us(epoch, now_us);
+    return !age || *age >= m_quarantine_us;
+  }
+  // The epoch marker this holder last saw on each server ("" when none): the renewal sets the lock
+  // again only where it changed (the server lost NAME's data since).
+  void saw(std::size_t i, std::string epoch) { m_seen.at(i) = std::move(epoch); }
 
   std::size_t size() const { return m_fanout.size(); }
   std::size_t majority() const { return majority_of(size()); }
@@ -124,71 +173,111 @@ class QuorumOps final : public Renewer {
   std::vector<Result<Claim>> claim(const std::string& value, milliseconds ttl, Deadline until) {
     const std::size_t m = majority();
     return m_fanout.round<Claim>(
-        [lock = m_keys.lock, token = m_keys.token, value, owner = owner_of(value),
+        [lock = m_keys.lock, token = m_keys.token, epoch = m_epoch_key, value, owner = owner_of(value),
          ttl_ms = std::to_string(ttl.count()), until](Client& client, std::size_t) -> Result<Claim> {
-          std::string_view keys[] = {lock, token};
+          // Never sent after the round's end: a request sent late could land after the attempt was undone.
+          if (BootClock::now() >= until) return std::unexpected(Error{Error::Kind::timeout, "no reply within the round"});
+          std::string_view keys[] = {lock, token, epoch};
           std::string_view args[] = {value, ttl_ms, owner};
           Deadline sent{};
           auto reply = run_script(client, scripts::k_quorum_acquire, keys, args, until, sent);
           if (!reply) return std::unexpected(reply.error());
           return parse_claim(*reply);
         },
-        until, [m](const Fanout::Replies<Claim>& r) {
-          return count_if_ok<Claim>(r, [](const Claim& c) { return c.set; }) >= m &&
-                 count_if_ok<Claim>(r, [](const Claim& c) { return c.counter.has_value(); }) >= m;
+        until, [m, this](const Fanout::Replies<Claim>& r) {
+          // Decided once M servers that count set the lock and know the counter (the rest can only
+          // raise the token, and the write-back raises them anyway).
+          return count_if_ok<Claim>(r, [this](const Claim& c) {
+                   return c.set && c.counter && settled(c.epoch, c.time_us);
+                 }) >= m;
         });
   }
 
   // Round 2: the token written back where our lease is; true where it was. Ends once M confirmed.
-  std::vector<Result<bool>> write_back(const std::string& value, std::uint64_t token, Deadline until) {
+  // `new_lock`: mark the epoch markers "G" (every server answered round 1 and created its marker).
+  std::vector<Result<bool>> write_back(const std::string& value, std::uint64_t token, bool new_lock, Deadline until) {
     const std::size_t m = majority();
-    return m_fanout.round<bool>(
-        [lock = m_keys.lock, counter = m_keys.token, value, owner = owner_of(value),
-         text = std::to_string(token), until](Client& client, std::size_t) -> Result<bool> {
-          std::string_view keys[] = {lock, counter};
-          std::string_view args[] = {owner, text, value};
+    auto written = m_fanout.round<std::pair<bool, std::string>>(
+        [lock = m_keys.lock, counter = m_keys.token, epoch = m_epoch_key, value, owner = owner_of(value),
+         text = std::to_string(token), flag = std::string(new_lock ? "1" : "0"),
+         until](Client& client, std::size_t) -> Result<std::pair<bool, std::string>> {
+          if (BootClock::now() >= until) return std::unexpected(Error{Error::Kind::timeout, "no reply within the round"});
+          std::string_view keys[] = {lock, counter, epoch};
+          std::string_view args[] = {owner, text, value, flag};
           Deadline sent{};
           auto reply = run_script(client, scripts::k_quorum_token, keys, args, until, sent);
           if (!reply) return std::unexpected(reply.error());
-          auto n = reply->as_integer();
-          if (!n) return std::unexpected(protocol_error("unexpected reply to the token script"));
-          return *n == 1;
+          const auto& e = reply->elements;
+          if (!reply->is_array() || e.size() != 2 || !e[0].as_integer())
+            return std::unexpected(protocol_error("unexpected reply to the token script"));
+          return std::pair{*e[0].as_integer() == 1, e[1].is_string() ? e[1].str : std::string()};
         },
-        until, [m](const Fanout::Replies<bool>& r) { return count_if_ok<bool>(r, [](bool b) { return b; }) >= m; });
+        until, [m](const Fanout::Replies<std::pair<bool, std::string>>& r) {
+          return count_if_ok<std::pair<bool, std::string>>(r, [](const auto& w) { return w.first; }) >= m;
+        });
+    std::vector<Result<bool>> out;
+    for (std::size_t i = 0; i < written.size(); ++i) {
+      if (!written[i]) {
+        out.push_back(std::unexpected(written[i].error()));
+        continue;
+      }
+      if (!written[i]->second.empty()) saw(i, written[i]->second);
+      out.push_back(written[i]->first);
+    }
+    return out;
   }
 
-  // Owner-checked renewal on every server: renewed once M renewed; lost once M say gone or taken.
+  // Owner-checked renewal on every server, setting the lock again where the server lost NAME's data
+  // since this holder saw it (quorum_renew.lua): renewed once M servers that count renewed or set it
+  // again; lost once M say gone or taken.
   Result<RenewOutcome> renew(std::string_view value, milliseconds ttl, Deadline deadline, Deadline& sent) override {
     const std::size_t m = majority();
     sent = BootClock::now();  // the earliest send time of the round
-    auto replies = m_fanout.round<RenewOutcome>(
-        [lock = m_keys.lock, owner = owner_of(value), ttl_ms = std::to_string(ttl.count()), deadline](
-            Client& client, std::size_t) -> Result<RenewOutcome> {
-          std::string_view keys[] = {lock};
-          std::string_view args[] = {owner, ttl_ms};
+    const auto counts = [this](const Renewal& r) {
+      return r.outcome == RenewOutcome::renewed && settled(r.epoch, r.time_us);
+    };
+    auto replies = m_fanout.round<Renewal>(
+        [lock = m_keys.lock, epoch = m_epoch_key, owner = owner_of(value), full = std::string(value),
+         ttl_ms = std::to_string(ttl.count()), deadline, seen = m_seen](Client& client, std::size_t i) -> Result<Renewal> {
+          if (BootClock::now() >= deadline) return std::unexpected(Error{Error::Kind::timeout, "no reply within the round"});
+          std::string_view keys[] = {lock, epoch};
+          std::string_view args[] = {owner, ttl_ms, full, seen[i]};
           Deadline s{};
           auto reply = run_script(client, scripts::k_quorum_renew, keys, args, deadline, s);
           if (!reply) return std::unexpected(reply.error());
-          auto n = reply->as_integer();
-          if (!n) return std::unexpected(protocol_error("unexpected reply to the renew script"));
-          return *n == 1 ? RenewOutcome::renewed : *n == 0 ? RenewOutcome::gone : RenewOutcome::stolen;
+          const auto& e = reply->elements;
+          auto n = reply->is_array() && e.size() == 4 ? e[0].as_integer() : std::nullopt;
+          if (!n || !e[1].is_string()) return std::unexpected(protocol_error("unexpected reply to the renew script"));
+          Renewal out;
+          out.outcome = *n >= 1 ? RenewOutcome::renewed : *n == 0 ? RenewOutcome::gone : RenewOutcome::stolen;
+          out.set_again = *n == 2;
+          out.epoch = e[1].str;
+          out.time_us = time_us(e[2], e[3]);
+          return out;
         },
-        deadline, [m](const Fanout::Replies<RenewOutcome>& r) {
-          return count_if_ok<RenewOutcome>(r, [](RenewOutcome o) { return o == RenewOutcome::renewed; }) >= m ||
-                 count_if_ok<RenewOutcome>(r, [](RenewOutcome o) { return o != RenewOutcome::renewed; }) >= m;
+        deadline, [m, counts](const Fanout::Replies<Renewal>& r) {
+          return count_if_ok<Renewal>(r, counts) >= m ||
+                 count_if_ok<Renewal>(r, [](const Renewal& x) { return x.outcome != RenewOutcome::renewed; }) >= m;
         });
-    std::size_t renewed = 0, gone = 0, stolen = 0;
-    for (const auto& r : replies) {
+    std::size_t renewed = 0, gone = 0, stolen = 0, set_again = 0;
+    for (std::size_t i = 0; i < replies.size(); ++i) {
+      const auto& r = replies[i];
       if (!r) continue;
-      renewed += *r == RenewOutcome::renewed;
-      gone += *r == RenewOutcome::gone;
-      stolen += *r == RenewOutcome::stolen;
+      saw(i, r->epoch);
+      renewed += counts(*r);
+      set_again += r->set_again;
+      gone += r->outcome == RenewOutcome::gone;
+      stolen += r->outcome == RenewOutcome::stolen;
     }
+    if (set_again > 0)
+      log::event(log::Level::info, "lease_set_again",
+                 "set the lease again on " + std::to_string(set_again) + " server(s) that lost it with their data",
+                 {{"servers", std::to_string(size())}});
     if (renewed >= m) return RenewOutcome::renewed;
     if (gone + stolen >= m) return stolen > 0 ? RenewOutcome::stolen : RenewOutcome::gone;
     return std::unexpected(Error{Error::Kind::connection,
                                  "renewed on " + std::to_string(renewed) + " of " + std::to_string(size()) +
-                                     " servers (a majority is " + std::to_string(m) + "); " +
+                                     " servers that count (a majority is " + std::to_string(m) + "); " +
                                      first_failure(replies, m_urls)});
   }
 
@@ -222,6 +311,9 @@ class QuorumOps final : public Renewer {
   std::vector<redis::RedisEndpoint> m_endpoints;
   std::vector<std::string> m_urls;
   LockKeys m_keys;
+  std::string m_epoch_key;
+  std::uint64_t m_quarantine_us;
+  std::vector<std::string> m_seen;
 };
 
 milliseconds since(Deadline t) { return std::chrono::duration_cast<milliseconds>(BootClock::now() - t); }
@@ -306,7 +398,7 @@ class QuorumLease final : public Lease {
   // when none does (then the waiter only polls).
   std::optional<redis::Client> subscribe(std::size_t first);
   // Round 2 for a lock held on a majority since `sent`.
-  Attempt token_for(const std::vector<Result<Claim>>& claims, Deadline sent);
+  Attempt token_for(const std::vector<Result<Claim>>& claims, Deadline sent, bool new_lock);
   // Undoes a failed attempt on every server (owner-checked). Kept short: an unresponsive server will
   // not answer this either, and the lock expires anyway.
   void undo() {
@@ -331,8 +423,27 @@ Attempt QuorumLease::attempt() {
   const std::string value =
       m_request.owner + " 0 " + std::to_string(m_request.pid) + " " + m_request.host;
   const auto claims = m_ops.claim(value, m_request.timing.ttl, bound);
+  const std::size_t n = m_ops.size(), m = m_ops.majority();
 
-  std::size_t set = 0, answered = 0;
+  // Two -r that reach the same data (one server under two addresses) see the same epoch marker: the
+  // first request created it, the second read it.
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = i + 1; j < n; ++j)
+      if (claims[i] && claims[j] && claims[i]->epoch == claims[j]->epoch) {
+        undo();
+        throw UsageError("--redis: servers " + std::to_string(i + 1) + " (" + m_ops.urls()[i] + ") and " +
+                         std::to_string(j + 1) + " (" + m_ops.urls()[j] +
+                         ") are the same server (they hold the same data); quorum mode needs independent servers");
+      }
+
+  // A new lock: every server answered and none had NAME's epoch marker (none has kept any of NAME's
+  // data). Then every server counts at once; otherwise a server counts once its marker is older than
+  // the quarantine (it lost NAME's data at least one lease cap ago) or marks the lock's beginning.
+  const bool new_lock = std::ranges::all_of(claims, [](const Result<Claim>& c) { return c && c->created; });
+  const auto counts = [&](const Result<Claim>& c) {
+    return c && (new_lock || m_ops.settled(c->epoch, c->time_us));
+  };
+  std::size_t set = 0, answered = 0, counted = 0;
   HeldElsewhere busy;
   bool maybe_set = false;
   for (const auto& c : claims) {
@@ -341,8 +452,10 @@ Attempt QuorumLease::attempt() {
       continue;
     }
     ++answered;
+    counted += counts(c);
     if (c->set) {
-      ++set;
+      set += counts(c);
+      maybe_set = true;
       continue;
     }
     if (c->remaining && (!busy.remaining || *c->remaining < *busy.remaining)) {
@@ -351,12 +464,21 @@ Attempt QuorumLease::attempt() {
     }
     if (busy.holder.owner.empty()) busy.holder = c->holder;
   }
-  const std::size_t m = m_ops.majority();
   if (set < m) {
-    if (set > 0 || maybe_set) undo();
-    if (answered < m)
-      return Unavailable{"only " + std::to_string(answered) + " of " + std::to_string(m_ops.size()) +
-                         " servers answered; " + first_failure(claims, m_ops.urls())};
+    if (maybe_set) undo();
+    if (counted < m) {
+      std::string why = "only " + std::to_string(counted) + " of " + std::to_string(n) + " servers count towards a majority";
+      for (std::size_t i = 0; i < n; ++i)
+        if (claims[i] && !counts(claims[i])) {
+          const auto age = epoch_age_us(claims[i]->epoch, claims[i]->time_us).value_or(0);
+          const auto left_ms = (m_ops.quarantine_us() - std::min(age, m_ops.quarantine_us())) / 1000;
+          why += "; server " + std::to_string(i + 1) + " (" + m_ops.urls()[i] + ") lost '" + m_request.lock +
+                 "''s data " + std::to_string(age / 1000) + "ms ago (restarted without it) and counts again in " +
+                 std::to_string(left_ms) + "ms (the quorum's lease cap)";
+        }
+      if (answered < n) why += "; " + first_failure(claims, m_ops.urls());
+      return Unavailable{why};
+    }
     return busy;
   }
   if (BootClock::now() >= schedule.stop_at(deadline)) {
@@ -364,53 +486,65 @@ Attempt QuorumLease::attempt() {
     return Unavailable{"the majority's replies came too late: the lease would have run short before the command "
                        "started"};
   }
-  return token_for(claims, sent);
+  return token_for(claims, sent, new_lock);
 }
 
-Attempt QuorumLease::token_for(const std::vector<Result<Claim>>& claims, Deadline sent) {
-  const std::size_t m = m_ops.majority();
-  std::size_t answered = 0, with_counter = 0;
-  std::uint64_t max_counter = 0, max_time = 0;
+Attempt QuorumLease::token_for(const std::vector<Result<Claim>>& claims, Deadline sent, bool new_lock) {
+  const std::size_t n = m_ops.size(), m = m_ops.majority(), f = n - m;
+  std::size_t answered = 0, read = 0, any_counter = 0;
+  std::uint64_t max_counter = 0;
+  std::vector<std::uint64_t> clocks;
   for (const auto& c : claims) {
     if (!c) continue;
     ++answered;
-    max_time = std::max(max_time, c->time_us);
+    clocks.push_back(c->time_us);
     if (c->counter) {
-      ++with_counter;
+      ++any_counter;
       max_counter = std::max(max_counter, *c->counter);
+      // Counted only where this attempt set the lock in the same atomic step, on a server that counts:
+      // no other owner could write there between (its write-back is owner-checked).
+      read += c->set && (new_lock || m_ops.settled(c->epoch, c->time_us));
     }
   }
-  if (with_counter > 0 && with_counter < m) {
+  // The clock floor: the (f+1)-th greatest clock of those that answered (the median when all N
+  // did), so that no f servers whose clocks are wrong can set it.
+  std::ranges::sort(clocks, std::greater<>());
+  const std::uint64_t floor = clocks.at(std::min(f, clocks.size() - 1));
+  const bool no_counter = any_counter == 0 && answered == n;
+  if (read < m && !no_counter) {
     undo();
     std::string missing;
     for (std::size_t i = 0; i < claims.size(); ++i)
       if (claims[i] && !claims[i]->counter) missing += (missing.empty() ? "" : ", ") + std::to_string(i + 1);
-    return Unavailable{"only " + std::to_string(with_counter) + " of the " + std::to_string(answered) +
-                       " servers that answered know the token counter (a majority of all " +
-                       std::to_string(m_ops.size()) + " must, or none): no token is issued that might not be greater "
-                       "than the last; without a counter: server " + missing + " (restarted without its data, or never "
-                       "used for this lock); raise its counter above the last token issued, at least " +
-                       std::to_string(max_counter) + ": fencerun -r URL bump " + m_request.lock + " --above TOKEN"};
+    if (any_counter == 0) {
+      // No counter among a majority is not enough to call NAME new: one server that lost its data and
+      // one that never had the counter (down since NAME was first used) look the same, and the server
+      // that holds the last counter may be the one that did not answer. Only all N can tell.
+      std::string silent;
+      for (std::size_t i = 0; i < claims.size(); ++i)
+        if (!claims[i]) silent += (silent.empty() ? "" : ", ") + std::to_string(i + 1);
+      return Unavailable{"no server that answered knows the token counter and server " + silent +
+                         " did not answer: a new lock cannot be told from lost counters until every server answers "
+                         "(or raise the counters of the servers that answered: fencerun -r URL bump " +
+                         m_request.lock + " --above TOKEN)"};
+    }
+    return Unavailable{"only " + std::to_string(read) + " of the servers where this run set the lock know the token "
+                       "counter (a majority of all " + std::to_string(n) + " must, or none): no token is issued that "
+                       "might not be greater than the last; without a counter: server " +
+                       (missing.empty() ? std::string("none") : missing) +
+                       " (restarted without its data, or never used for this lock); raise its counter above the last "
+                       "token issued, at least " + std::to_string(max_counter) + ": fencerun -r URL bump " +
+                       m_request.lock + " --above TOKEN"};
   }
-  if (with_counter == 0 && answered < m_ops.size()) {
-    // No counter among a majority is not enough to call NAME new: one server that lost its data and
-    // one that never had the counter (down since NAME was first used) look the same, and the server
-    // that holds the last counter may be the one that did not answer. Only all N can tell.
-    undo();
-    std::string silent;
-    for (std::size_t i = 0; i < claims.size(); ++i)
-      if (!claims[i]) silent += (silent.empty() ? "" : ", ") + std::to_string(i + 1);
-    return Unavailable{"no server that answered knows the token counter and server " + silent +
-                       " did not answer: a new lock cannot be told from lost counters until every server answers "
-                       "(or raise the counters of the servers that answered: fencerun -r URL bump " + m_request.lock +
-                       " --above TOKEN)"};
-  }
-  if (with_counter == 0)
-    log::event(log::Level::warn, "no_counter",
+  if (no_counter)
+    log::event(log::Level::info, "no_counter",
                "no server of the quorum has a token counter for '" + m_request.lock +
-                   "' (a new lock: every server answered): the token rests on the servers' clocks alone",
+                   "' (every server answered): the first token is the servers' median clock. Nothing to do for a "
+                   "new lock; if '" + m_request.lock + "' was used before with these servers, every server lost its "
+                   "data, and the token is ordered after the earlier ones only under the clock assumption of "
+                   "docs/quorum.md",
                {{"lock", m_request.lock}, servers_field()});
-  const std::uint64_t token = std::max(max_counter + 1, max_time);
+  const std::uint64_t token = std::max(max_counter + 1, floor);
   if (token >= k_token_limit) {
     undo();
     return Unavailable{"the token would pass 2^53"};
@@ -420,7 +554,8 @@ Attempt QuorumLease::token_for(const std::vector<Result<Claim>>& claims, Deadlin
   const LeaseSchedule schedule(m_request.timing);
   const Deadline bound =
       std::min(BootClock::now() + m_request.request_timeout, schedule.stop_at(schedule.deadline_after(sent)));
-  const auto written = m_ops.write_back(final_value, token, bound);
+  for (std::size_t i = 0; i < claims.size(); ++i) m_ops.saw(i, claims[i] ? claims[i]->epoch : std::string());
+  const auto written = m_ops.write_back(final_value, token, new_lock, bound);
   const auto confirmed =
       static_cast<std::size_t>(std::ranges::count_if(written, [](const Result<bool>& w) { return w && *w; }));
   if (confirmed < m) {
