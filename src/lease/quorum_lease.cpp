@@ -282,27 +282,46 @@ class QuorumOps final : public Renewer {
   }
 
   struct ReleaseTally {
-    std::size_t deleted = 0;   // our lease was there and is gone
-    std::size_t not_ours = 0;  // it was not there (expired, lost with the server's data, or taken)
+    std::size_t deleted = 0;    // our lease was there and is gone
+    std::size_t not_ours = 0;   // it was not there (expired, deleted, or taken) on a server that kept its data
+    std::size_t data_lost = 0;  // it was not there, and the server lost NAME's data since we saw it (or we
+                                // never saw it: it did not answer our rounds)
   };
   // Owner-checked compare-and-delete on every server. Ends once M deleted. With `wake`, each server
   // that deleted tells the waiters listening there. The undoing of a failed attempt does not: a waiter
   // that set the lock on a minority and undid it would wake the others, who would do the same, for as
   // long as the lock is held.
-  ReleaseTally release(const std::string& owner, Deadline until, bool wake) {
+  // `unmark`: by server, the epoch marker the failed attempt created there ("" none), taken back
+  // (quorum_unmark.lua).
+  ReleaseTally release(const std::string& owner, Deadline until, bool wake, std::vector<std::string> unmark = {}) {
     const std::size_t m = majority();
-    auto replies = m_fanout.round<bool>(
-        [keys = m_keys, owner, until, wake, channel = released_channel()](Client& client, std::size_t) {
+    enum class Outcome { deleted, not_ours, data_lost };
+    auto replies = m_fanout.round<Outcome>(
+        [keys = m_keys, owner, until, wake, channel = released_channel(), unmark, epoch = m_epoch_key,
+         seen = m_seen](Client& client, std::size_t i) -> Result<Outcome> {
           auto deleted = release_holder(client, keys, 1, owner, until);
+          if (i < unmark.size() && !unmark[i].empty()) {
+            std::string_view k[] = {epoch};
+            std::string_view a[] = {unmark[i]};
+            Deadline sent{};
+            [[maybe_unused]] auto taken = run_script(client, scripts::k_quorum_unmark, k, a, until, sent);
+          }
+          if (!deleted) return std::unexpected(deleted.error());
           // Best effort: the waiters also poll.
-          if (wake && deleted && *deleted)
+          if (wake && *deleted)
             [[maybe_unused]] auto woken = client.command({"PUBLISH", channel, "released"}, until);
-          return deleted;
+          if (*deleted) return Outcome::deleted;
+          if (seen[i].empty()) return Outcome::data_lost;
+          auto now = client.command({"GET", epoch}, until);
+          if (!now) return std::unexpected(now.error());
+          return now->is_string() && now->str == seen[i] ? Outcome::not_ours : Outcome::data_lost;
         },
-        until, [m](const Fanout::Replies<bool>& r) { return count_if_ok<bool>(r, [](bool b) { return b; }) >= m; });
+        until, [m](const Fanout::Replies<Outcome>& r) {
+          return count_if_ok<Outcome>(r, [](Outcome o) { return o == Outcome::deleted; }) >= m;
+        });
     ReleaseTally out;
     for (const auto& r : replies)
-      if (r) ++(*r ? out.deleted : out.not_ours);
+      if (r) ++(*r == Outcome::deleted ? out.deleted : *r == Outcome::not_ours ? out.not_ours : out.data_lost);
     return out;
   }
 
@@ -357,14 +376,17 @@ class QuorumHeldLease final : public KeptLease {
     m_released = true;
     const auto r = m_ops.release(m_request.owner, BootClock::now() + m_request.request_timeout, /*wake=*/true);
     const std::size_t m = m_ops.majority();
-    if (r.deleted >= m) {
+    // A server that lost NAME's data since this holder saw it says nothing about the lease: it was
+    // held on the others (the keeper stops the job before the lease's deadline in any case).
+    if (r.deleted >= m || (r.deleted > 0 && r.not_ours == 0 && r.deleted + r.data_lost >= m)) {
       log::event(log::Level::info, "released", "released lock", m_context);
       return Released::yes;
     }
-    if (r.deleted + r.not_ours >= m) return Released::not_ours;
+    if (r.deleted + r.not_ours + r.data_lost >= m) return Released::not_ours;
     log::event(log::Level::warn, "release_failed",
                "could not release the lock on a majority of the servers (it expires by itself): deleted on " +
-                   std::to_string(r.deleted) + ", answered by " + std::to_string(r.deleted + r.not_ours) + " of " +
+                   std::to_string(r.deleted) + ", answered by " + std::to_string(r.deleted + r.not_ours + r.data_lost) +
+                   " of " +
                    std::to_string(m_ops.size()),
                m_context);
     return Released::failed;
@@ -403,7 +425,7 @@ class QuorumLease final : public Lease {
   // not answer this either, and the lock expires anyway.
   void undo() {
     auto cleanup = std::min<milliseconds>(m_request.request_timeout / 4, milliseconds(200));
-    m_ops.release(m_request.owner, BootClock::now() + cleanup, /*wake=*/false);
+    m_ops.release(m_request.owner, BootClock::now() + cleanup, /*wake=*/false, m_created);
   }
   std::string servers_text() const {
     return std::to_string(m_ops.size()) + " servers (a majority is " + std::to_string(m_ops.majority()) + ")";
@@ -412,6 +434,7 @@ class QuorumLease final : public Lease {
 
   LeaseRequest m_request;
   QuorumOps m_ops;
+  std::vector<std::string> m_created;  // by server, the epoch marker this attempt created ("" none)
 };
 
 Attempt QuorumLease::attempt() {
@@ -424,6 +447,9 @@ Attempt QuorumLease::attempt() {
       m_request.owner + " 0 " + std::to_string(m_request.pid) + " " + m_request.host;
   const auto claims = m_ops.claim(value, m_request.timing.ttl, bound);
   const std::size_t n = m_ops.size(), m = m_ops.majority();
+  m_created.assign(n, std::string());
+  for (std::size_t i = 0; i < n; ++i)
+    if (claims[i] && claims[i]->created) m_created[i] = claims[i]->epoch;
 
   // Two -r that reach the same data (one server under two addresses) see the same epoch marker: the
   // first request created it, the second read it.
@@ -466,6 +492,9 @@ Attempt QuorumLease::attempt() {
   }
   if (set < m) {
     if (maybe_set) undo();
+    if (answered < m)
+      return Unavailable{"only " + std::to_string(answered) + " of " + std::to_string(n) + " servers answered; " +
+                         first_failure(claims, m_ops.urls())};
     if (counted < m) {
       std::string why = "only " + std::to_string(counted) + " of " + std::to_string(n) + " servers count towards a majority";
       for (std::size_t i = 0; i < n; ++i)
