@@ -50,6 +50,7 @@
 #include "log/log.hpp"
 #include "util/duration.hpp"
 #include "util/error.hpp"
+#include "util/random.hpp"
 
 namespace fencerun::lease {
 namespace {
@@ -108,13 +109,14 @@ struct Renewal {
   std::uint64_t time_us = 0;
 };
 
-// NAME's epoch marker on a server: the server's TIME in µs when it was created, "G" in front when
+// NAME's epoch marker on a server: the server's TIME in µs when it was created, "-" and a random word
+// of the client that created it, "G" in front when
 // it was created by the first use of NAME, with every server answering (quorum_token.lua). How long
 // this server has kept NAME's data without a gap, on its own clock: nullopt for a "G" marker (since
 // the lock began), else now - created (0 when the clock went back since).
 std::optional<std::uint64_t> epoch_age_us(std::string_view epoch, std::uint64_t now_us) {
   if (epoch.starts_with("G")) return std::nullopt;
-  auto created = to_number<std::uint64_t>(epoch);
+  auto created = to_number<std::uint64_t>(epoch.substr(0, epoch.find('-')));
   if (!created || *created > now_us) return 0;
   return now_us - *created;
 }
@@ -178,7 +180,8 @@ class QuorumOps final : public Renewer {
           // Never sent after the round's end: a request sent late could land after the attempt was undone.
           if (BootClock::now() >= until) return std::unexpected(Error{Error::Kind::timeout, "no reply within the round"});
           std::string_view keys[] = {lock, token, epoch};
-          std::string_view args[] = {value, ttl_ms, owner};
+          const std::string word = random_hex(6);
+          std::string_view args[] = {value, ttl_ms, owner, word};
           Deadline sent{};
           auto reply = run_script(client, scripts::k_quorum_acquire, keys, args, until, sent);
           if (!reply) return std::unexpected(reply.error());
@@ -241,7 +244,8 @@ class QuorumOps final : public Renewer {
          ttl_ms = std::to_string(ttl.count()), deadline, seen = m_seen](Client& client, std::size_t i) -> Result<Renewal> {
           if (BootClock::now() >= deadline) return std::unexpected(Error{Error::Kind::timeout, "no reply within the round"});
           std::string_view keys[] = {lock, epoch};
-          std::string_view args[] = {owner, ttl_ms, full, seen[i]};
+          const std::string word = random_hex(6);
+          std::string_view args[] = {owner, ttl_ms, full, seen[i], word};
           Deadline s{};
           auto reply = run_script(client, scripts::k_quorum_renew, keys, args, deadline, s);
           if (!reply) return std::unexpected(reply.error());
@@ -447,9 +451,13 @@ Attempt QuorumLease::attempt() {
       m_request.owner + " 0 " + std::to_string(m_request.pid) + " " + m_request.host;
   const auto claims = m_ops.claim(value, m_request.timing.ttl, bound);
   const std::size_t n = m_ops.size(), m = m_ops.majority();
+  // Markers this attempt created are taken back if it fails, but only while NAME still looks new (no
+  // server that answered had one): a server that lost NAME's data while another kept it must keep the
+  // marker, whose age is its quarantine.
   m_created.assign(n, std::string());
-  for (std::size_t i = 0; i < n; ++i)
-    if (claims[i] && claims[i]->created) m_created[i] = claims[i]->epoch;
+  if (std::ranges::all_of(claims, [](const Result<Claim>& c) { return !c || c->created; }))
+    for (std::size_t i = 0; i < n; ++i)
+      if (claims[i]) m_created[i] = claims[i]->epoch;
 
   // Two -r that reach the same data (one server under two addresses) see the same epoch marker: the
   // first request created it, the second read it.
@@ -495,15 +503,24 @@ Attempt QuorumLease::attempt() {
     if (answered < m)
       return Unavailable{"only " + std::to_string(answered) + " of " + std::to_string(n) + " servers answered; " +
                          first_failure(claims, m_ops.urls())};
+    if (counted < m && std::ranges::all_of(claims, [](const Result<Claim>& c) { return !c || c->created; })) {
+      std::string silent;
+      for (std::size_t i = 0; i < n; ++i)
+        if (!claims[i]) silent += (silent.empty() ? "" : ", ") + std::to_string(i + 1);
+      return Unavailable{"no server that answered knows the token counter and server " + silent +
+                         " did not answer: a new lock cannot be told from lost counters until every server answers; " +
+                         first_failure(claims, m_ops.urls())};
+    }
     if (counted < m) {
       std::string why = "only " + std::to_string(counted) + " of " + std::to_string(n) + " servers count towards a majority";
       for (std::size_t i = 0; i < n; ++i)
         if (claims[i] && !counts(claims[i])) {
           const auto age = epoch_age_us(claims[i]->epoch, claims[i]->time_us).value_or(0);
           const auto left_ms = (m_ops.quarantine_us() - std::min(age, m_ops.quarantine_us())) / 1000;
-          why += "; server " + std::to_string(i + 1) + " (" + m_ops.urls()[i] + ") lost '" + m_request.lock +
-                 "''s data " + std::to_string(age / 1000) + "ms ago (restarted without it) and counts again in " +
-                 std::to_string(left_ms) + "ms (the quorum's lease cap)";
+          why += "; server " + std::to_string(i + 1) + " (" + m_ops.urls()[i] + ") lost the data of '" +
+                 m_request.lock + "' " + (claims[i]->created ? std::string("(restarted without it, or never had it)")
+                                                            : std::to_string(age / 1000) + "ms ago") +
+                 " and counts again in " + std::to_string(left_ms) + "ms (the quorum's lease cap)";
         }
       if (answered < n) why += "; " + first_failure(claims, m_ops.urls());
       return Unavailable{why};

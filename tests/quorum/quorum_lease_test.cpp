@@ -226,7 +226,7 @@ TEST_F(QuorumTest, StatusShowsClientsWithDifferentServerLists) {
   // no majority for a lease cap: QuorumModelTest).
   for (auto* s : {&d, &e}) {
     ASSERT_TRUE(s->cmd({"SET", token_key("mixed"), "1"}).ok());
-    ASSERT_TRUE(s->cmd({"SET", "fencerun:{mixed}:epoch", "G1"}).ok());
+    ASSERT_TRUE(s->cmd({"SET", "fencerun:{mixed}:epoch", "G1-" + std::to_string(s->port())}).ok());
   }
   auto a = start(quorum_sh("mixed", "echo a > a; while [ ! -e go ]; do sleep 0.02; done"));
   wait_line("a");

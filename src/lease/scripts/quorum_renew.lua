@@ -6,14 +6,14 @@
 -- The owner id decides, not the whole value: a server the token write-back did not reach still has
 -- the value of round 1.
 -- KEYS: 1 lock, 2 epoch marker. ARGV: 1 owner, 2 ttl ms, 3 the holder's lock value, 4 the epoch
--- marker the holder saw on this server ("" when none).
+-- marker the holder saw on this server ("" when none), 5 a random word (for a marker created here).
 -- Returns {1 renewed / 2 set again / 0 gone / -1 held by another owner, the epoch marker, TIME
 --          seconds, TIME microseconds}.
 if redis.replicate_commands then redis.replicate_commands() end
 local now = redis.call('TIME')
 local epoch = redis.call('GET', KEYS[2])
 if not epoch then
-  epoch = now[1] .. string.format('%06d', tonumber(now[2]))
+  epoch = now[1] .. string.format('%06d', tonumber(now[2])) .. '-' .. ARGV[5]
   redis.call('SET', KEYS[2], epoch)
 end
 local v = redis.call('GET', KEYS[1])
