@@ -165,6 +165,7 @@ std::function<void(std::mt19937&, Verdict&)> within_model(Cluster& cluster) {
     };
     const long long step_us = std::uniform_int_distribution<long long>(30, 120)(rng) * 1'000'000 *
                               (std::uniform_int_distribution<int>(0, 1)(rng) ? 1 : -1);
+    const int lost_before = v.faults["restart-empty"] + v.faults["clock-step-empty"];
     switch (kind) {
       case 0: cluster.restart(i, false, 0), ++v.faults["restart-empty"]; break;
       case 1: cluster.restart(i, true, 0), ++v.faults["restart-with-data"]; break;
@@ -193,7 +194,10 @@ std::function<void(std::mt19937&, Verdict&)> within_model(Cluster& cluster) {
           cluster.restart(i, false, step_us), ++v.faults["clock-step-empty"];
         }
     }
-    std::this_thread::sleep_for(1400ms);  // the quarantine (lease cap 1s + 2% + 10ms), with a margin
+    // Before the next fault: after a data loss, the quarantine (lease cap 1s + 2% + 10ms) with a
+    // margin, so that at most one server is affected at once; else a short pause.
+    const bool lost_data = lost_before < v.faults["restart-empty"] + v.faults["clock-step-empty"];
+    std::this_thread::sleep_for(lost_data ? 1400ms : 300ms);
   };
 }
 
