@@ -147,3 +147,23 @@ TEST_F(QuorumModelTest, RefusesOneServerUnderTwoNames) {
 
 }  // namespace
 }  // namespace fencerun::test
+
+namespace fencerun::test {
+namespace {
+
+// The quorum-wide lease cap: --ttl above it, or a cap that is not a duration, is a usage error.
+TEST_F(QuorumTest, RefusesATtlAboveTheQuorumLeaseCap) {
+  auto over = run(quorum_sh("cap", "echo ran > ran", {"--ttl", "2m"}));
+  EXPECT_EQ(over.exit_code, 64) << over;
+  EXPECT_NE(over.err.find("--ttl: 2m is above quorum mode's lease cap of 1m"), std::string::npos) << over;
+  auto raised = run(quorum_sh("cap", "echo ran > ran", {"--ttl", "2m"}), {{"FENCERUN_QUORUM_MAX_TTL", "5m"}});
+  EXPECT_EQ(raised.exit_code, 0) << raised;
+  auto bad = run(quorum_sh("cap", "true"), {{"FENCERUN_QUORUM_MAX_TTL", "soon"}});
+  EXPECT_EQ(bad.exit_code, 64) << bad;
+  EXPECT_NE(bad.err.find("$FENCERUN_QUORUM_MAX_TTL: not a duration"), std::string::npos) << bad;
+  // One server: no cap.
+  EXPECT_EQ(run({"-r", server(0).url(), "--ttl", "2m", "cap", "--", "true"}).exit_code, 0);
+}
+
+}  // namespace
+}  // namespace fencerun::test
