@@ -1,41 +1,36 @@
 // Quorum mode. The lease and the fencing token on N = 3, 5 or 7 independent servers, majority M =
-// N/2 + 1, all requests of a round sent at once (one worker per server, lease/fanout.hpp).
+// N/2 + 1, f = N - M, all requests of a round sent at once (one worker per server, lease/fanout.hpp).
+// docs/quorum.md states the failure model and derives exclusion and token order from it step by step;
+// this is the short version, with the names used there.
 //
-// Lease (as Redlock computes it). Round 1 sets the lock (SET NX PX ttl, owner-checked) on every
-// server; it is held when M servers set it. Its deadline is measured from the round's earliest send
-// time t0, deadline = t0 + ttl - drift (drift = ttl/100 + 2ms): each server that set the key received
-// the request after t0, so the key lives there at least until then (up to clock rate drift). Renewal
-// is the same round with an owner-checked PEXPIRE; a renewal counts when M servers renewed, and moves
-// the deadline to its own t0 + ttl - drift. The keeper (keeper.hpp) stops the job before the deadline
-// exactly as in single-server mode. Another client can hold the lock only on a majority, which shares
-// a server with ours, where our key still lives: exclusion holds while no more than N - M servers lose
-// their data (a restart without persistence) within one TTL. A failed acquisition deletes what it
-// set, owner-checked, on every server.
+// Epoch marker (PREFIX{NAME}:epoch on every server, created by the scripts when missing: the server's
+// TIME in µs, "-", a random word; "G" in front once the write-back of a new lock marked it). It is
+// lost with the server's data and created again, so its age says how long the server has kept NAME's
+// data. A server COUNTS towards a majority when its marker is "G" or at least the quarantine Q old
+// (QuorumOps::settled; Q = the quorum-wide lease cap + 2% + 10ms), or when every server answered and
+// every marker was created by this round (a new lock). Model: at most f servers lose their data
+// within any Q.
 //
-// Token (a majority register, with no assumption on clocks). Round 1 also reads each server's token
-// counter and clock. The token is
-//     token = max(1 + the greatest counter of the servers that answered, the greatest server clock in µs)
-// and round 2 writes it back to every server where our lease is present (raise-only: counter =
-// max(counter, token)); the command starts only once M servers confirmed that write. Why the next
-// token T' is greater than T: T's write-back set W has M servers; the reading set R of the next
-// acquisition counts only when M servers in it report a counter, so it shares a server s with W.
-//   - s kept its data since the write: its counter is >= T (raise-only), so T' > T.
-//   - s lost its data after the write (restarted empty): it reports no counter, so it is not in R,
-//     unless a later write-back repaired it; that write-back carried a token issued after T, greater
-//     by the same argument (induction over the acquisitions in order). A late write-back of an older
-//     acquisition cannot lower anything (raise-only) and cannot reach a restarted server at all: it is
-//     owner-checked, and a restarted server has no lease of that owner.
-// So: a server that lost its data does not count towards a majority until a write-back repaired its
-// counter; with fewer than M servers reporting a counter, the acquisition is refused (unavailable)
-// rather than risk a token that goes backwards. The one exception: when all N servers answered and
-// none reports a counter, NAME is new (or more than N - M servers lost their data, which the lease's
-// assumption excludes too); then the servers' clocks are the only floor, as in single-server mode,
-// and fencerun says so (warning no_counter). When only some answered and none has a counter, that is
-// not enough: one server that lost its data and one that never had the counter look the same, so the
-// acquisition is refused until every server answers.
-// Assumption: a server either keeps its data or loses all of NAME's keys; a server restored from an
-// older snapshot (or a replica promoted after missing writes) reports a stale counter and is not
-// covered beyond the clock floor.
+// Lease (as Redlock computes it, counting only servers that count). Round 1 (quorum_acquire.lua) sets
+// the lock (SET NX PX ttl, or PEXPIRE when it is ours); it is held when M servers that count set it,
+// until t0 + ttl - drift (t0 the round's earliest send, drift = ttl/100 + 2ms). Renewal
+// (quorum_renew.lua) extends it, and sets it again where it is missing and the server's marker is not
+// the one this holder saw (the server lost NAME's data since); it counts when M servers that count
+// renewed. Two owners' valid claims share a server s that both counted: the later found the earlier's
+// key expired or released, or s lost its data after the earlier's script ran there, and then its
+// marker was at least Q > ttl old when the later ran: either way the earlier claim had ended.
+//
+// Token. Round 1 also reads each server's counter and clock in the same atomic step. The token is
+//     token = max(1 + the greatest counter reported, the (f+1)-th greatest clock of those that answered)
+// issued only when M servers that count AND where this attempt set the lock reported a counter (the
+// read set R), or when all N answered and none has a counter (then it is the median clock). Round 2
+// (quorum_token.lua) writes it back, raise-only and owner-checked, to every server; the command starts
+// once M confirmed (the write set W). R of a later acquisition shares a server s with W of an earlier
+// one; on s the write came before the read (the read set the later owner's lock, so the earlier's was
+// gone: its holding was over); if s kept its data its counter is >= the earlier token, and if it lost
+// it, a counter there came from a later owner-checked write-back, whose token is greater by induction.
+// So tokens strictly increase in the order the lock is held: never equal, never backwards.
+// Not covered: a server restored from an older snapshot (a stale counter and an old marker).
 #include "lease/quorum_lease.hpp"
 
 #include <algorithm>
