@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include <filesystem>
 #include <set>
 
 #include "util/duration.hpp"
@@ -37,6 +38,12 @@ namespace {
 // resolve (or a Sentinel, which names its master later).
 std::set<std::string> addresses(const redis::RedisEndpoint& e) {
   std::set<std::string> out;
+  if (e.transport == redis::RedisEndpoint::Transport::unix_socket) {
+    std::error_code ec;
+    auto path = std::filesystem::weakly_canonical(e.path, ec);
+    out.insert("unix:" + (ec ? e.path : path.string()));
+    return out;
+  }
   if (e.transport != redis::RedisEndpoint::Transport::tcp && e.transport != redis::RedisEndpoint::Transport::tls)
     return out;
   addrinfo hints{};
@@ -51,7 +58,8 @@ std::set<std::string> addresses(const redis::RedisEndpoint& e) {
     if ((a->ai_family == AF_INET || a->ai_family == AF_INET6) && inet_ntop(a->ai_family, where, text, sizeof text)) {
       std::string addr = text;
       if (addr.rfind("::ffff:", 0) == 0) addr = addr.substr(7);  // an IPv4 address written as IPv6
-      out.insert(addr + ":" + std::to_string(e.port) + "/" + std::to_string(e.db));
+      // The database is left out: two databases of one server fail together, so they are one server.
+      out.insert(addr + ":" + std::to_string(e.port));
     }
   }
   freeaddrinfo(found);
@@ -69,8 +77,8 @@ void check_quorum_addresses(const std::vector<redis::RedisEndpoint>& servers,
       for (const auto& a : resolved[i])
         if (resolved[j].contains(a))
           throw UsageError("--redis: servers " + std::to_string(i + 1) + " (" + redacted_urls.at(i) + ") and " +
-                           std::to_string(j + 1) + " (" + redacted_urls.at(j) + ") are the same server (both reach " +
-                           a.substr(0, a.rfind('/')) + "); quorum mode needs independent servers");
+                           std::to_string(j + 1) + " (" + redacted_urls.at(j) + ") are the same server (both reach " + a +
+                           "); quorum mode needs independent servers");
 }
 
 }  // namespace fencerun::config

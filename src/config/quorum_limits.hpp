@@ -20,8 +20,9 @@ std::chrono::milliseconds quorum_max_ttl(const std::optional<std::string>& value
 // --ttl must not exceed the cap: 64 otherwise.
 void check_quorum_ttl(std::chrono::milliseconds ttl, std::chrono::milliseconds max_ttl);
 
-// Two TCP/TLS servers whose host names resolve to a shared address with the same port (and the same
-// database) are one server: 64 naming both. Names that do not resolve are left to the connection,
+// Two TCP/TLS servers whose host names resolve to a shared address with the same port, or two unix
+// sockets with the same path, are one server, whatever their databases (they fail together): 64
+// naming both. Names that do not resolve are left to the connection,
 // which reports them. (The same server reached under addresses that differ, 127.0.0.1 and
 // 127.0.0.2, is found when fencerun talks to it: see quorum_lease.cpp.)
 void check_quorum_addresses(const std::vector<redis::RedisEndpoint>& servers,

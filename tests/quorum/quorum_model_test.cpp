@@ -136,6 +136,10 @@ TEST_F(QuorumModelTest, RefusesOneServerUnderTwoNames) {
   EXPECT_NE(by_name.err.find("servers 1 (redis://127.0.0.1:" + port + ") and 2 (redis://localhost:" + port + ")"),
             std::string::npos)
       << by_name;
+  auto by_socket = run({"-r", server(0).unix_url() + "?db=1", "-r", server(0).unix_url() + "?db=2", "-r",
+                        server(2).url(), "dup", "--", "true"});
+  EXPECT_EQ(by_socket.exit_code, 64) << by_socket;
+  EXPECT_NE(by_socket.err.find("are the same server"), std::string::npos) << by_socket;
   TcpProxy alias(server(0).port());  // another address, the same server
   auto by_data = run({"-r", server(0).url(), "-r", "redis://127.0.0.1:" + std::to_string(alias.port()), "-r",
                       server(2).url(), "dup", "--", "sh", "-c", "echo ran > ran"});
