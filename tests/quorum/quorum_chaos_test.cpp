@@ -43,6 +43,7 @@ struct Verdict {
   std::map<int, int> exits;
   std::map<std::string, int> faults;
   std::string examples;  // the first violations, for the failure message
+  std::map<long long, long long> exited;  // token -> when the fencerun that ran it exited (ns)
 };
 
 class Cluster {
@@ -64,8 +65,9 @@ class Cluster {
     for (const auto& p : proxies) a.insert(a.end(), {"-r", "redis://127.0.0.1:" + std::to_string(p->port())});
     return a;
   }
-  void restart(std::size_t i, bool keep_data, long long clock_offset_us) {
+  void restart(std::size_t i, bool keep_data, long long clock_offset_us, milliseconds down = milliseconds(0)) {
     servers[i]->stop();
+    std::this_thread::sleep_for(down);
     if (!keep_data) std::filesystem::remove_all(servers[i]->dir() / "appendonlydir");
     EnvList env;
     if (clock_offset_us != 0)
@@ -83,23 +85,34 @@ class QuorumChaosTest : public FencerunTest {
   Verdict schedule(Cluster& cluster, int target, const std::function<void(std::mt19937&, Verdict&)>& nemesis,
                    unsigned s) {
     const auto log = file("chaos.log");
-    const std::string body = "echo \"S $FENCERUN_TOKEN $(date +%s%N)\" >> " + log.string() +
-                             "; sleep 0.03; echo \"E $FENCERUN_TOKEN $(date +%s%N)\" >> " + log.string();
+    // Each command holds the lock for 10 to 150 ms (drawn by its client).
+    // A command stopped by fencerun (its lease lost: exit 124) writes its end from the TERM trap; one
+    // killed outright ends, at the latest, when its fencerun exits (recorded by the client).
+    const auto body = [&](int hold_ms) {
+      const std::string end = "echo \"E $FENCERUN_TOKEN $(date +%s%N)\" >> " + log.string();
+      return "echo \"$FENCERUN_TOKEN\"; trap '" + end + "; exit 143' TERM; echo \"S $FENCERUN_TOKEN $(date +%s%N)\" >> " +
+             log.string() + "; sleep " + std::to_string(hold_ms / 1000.0) + "; " + end;
+    };
     std::atomic<int> acquired{0};
     std::atomic<bool> done{false};
     std::mutex mutex;
     Verdict v;
-    std::vector<std::pair<long long, long long>> ran;  // a successful run's token and its end (client side)
-    const auto deadline = Clock::now() + std::chrono::seconds(75);
+    const auto deadline = Clock::now() + std::chrono::seconds(100);
     std::vector<std::thread> clients;
     for (int c = 0; c < 4; ++c)
-      clients.emplace_back([&] {
+      clients.emplace_back([&, c] {
+        std::mt19937 hold(s * 7 + static_cast<unsigned>(c));
         while (acquired.load() < target && Clock::now() < deadline) {
           auto a = cluster.args();
-          a.insert(a.end(), {"--ttl", "1s", "--timeout", "300ms", "--wait", "3s", "chaos", "--", "sh", "-c", body});
+          a.insert(a.end(), {"--ttl", "1s", "--timeout", "300ms", "--wait", "3s", "chaos", "--", "sh", "-c",
+                             body(std::uniform_int_distribution<int>(10, 150)(hold))});
           auto r = run(a, {{"FENCERUN_QUORUM_MAX_TTL", "1s"}}, 20s);
+          const long long exited = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                       std::chrono::system_clock::now().time_since_epoch())
+                                       .count();
           std::lock_guard lock(mutex);
           ++v.exits[r.exit_code];
+          if (auto token = parse_ll(trim(r.out))) v.exited[*token] = exited;
           if (r.exit_code == 0) ++acquired;
         }
       });
@@ -131,7 +144,9 @@ class QuorumChaosTest : public FencerunTest {
       if (kind == "S") {
         ++starts[token];
         open[token] = runs.size();
-        runs.push_back({token, t, t + 1'000'000'000});  // no end line: at most one TTL (the keeper stops it)
+        // No end line (killed outright): it ended by the time its fencerun exited, else within one TTL.
+        auto e = v.exited.find(token);
+        runs.push_back({token, t, e != v.exited.end() ? e->second : t + 1'000'000'000});
       } else if (auto it = open.find(token); it != open.end()) {
         runs[it->second].end = t;
       }
@@ -180,7 +195,10 @@ std::function<void(std::mt19937&, Verdict&)> within_model(Cluster& cluster) {
     }
     switch (kind) {
       case 0: cluster.restart(i, false, 0), ++v.faults["restart-empty"]; break;
-      case 1: cluster.restart(i, true, 0), ++v.faults["restart-with-data"]; break;
+      case 1:  // down for a while, back with its data (and without the keys set meanwhile)
+        cluster.restart(i, true, 0, milliseconds(std::uniform_int_distribution<int>(200, 800)(rng)));
+        ++v.faults["restart-with-data"];
+        break;
       case 2:
         cluster.servers[i]->freeze(), ++v.faults["sigstop"];
         pause(300, 1500);
