@@ -13,7 +13,9 @@
 #   cmake -S . -B build -G Ninja && cmake --build build && bench/quorum.sh
 #
 # Environment: FENCERUN=path (default build/src/fencerun), BENCH_DOC=path (default docs/benchmarks.md;
-# - prints only), RUNS=100 WARMUP=10 LOAD_WAIT=600
+# - prints only), RUNS=100 WARMUP=10 LOAD_WAIT=600, LOAD_MAX=N (measure only below this load average;
+# default the number of CPUs), BASELINE=path (another fencerun, e.g. an earlier commit's: its quorum
+# of 3 and of 5 are measured in the same hyperfine run, as two more rows)
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,6 +24,7 @@ doc="${BENCH_DOC:-$repo/docs/benchmarks.md}"
 runs="${RUNS:-100}"
 warmup="${WARMUP:-10}"
 load_wait="${LOAD_WAIT:-600}"
+baseline="${BASELINE:+$(realpath "$BASELINE")}"
 
 say() { echo "quorum.sh: $*" >&2; }
 die() { say "$*"; exit 1; }
@@ -56,12 +59,19 @@ r() { local a=""; for p in "$@"; do a+=" -r redis://127.0.0.1:$p"; done; echo "$
 single="$fencerun$(r "${ports[0]}") bench-q1 -- true"
 three="$fencerun$(r "${ports[@]:0:3}") bench-q3 -- true"
 five="$fencerun$(r "${ports[@]}") bench-q5 -- true"
-for c in "$single" "$three" "$five"; do
+extra=()
+if [[ -n "$baseline" ]]; then
+  [[ -x "$baseline" ]] || die "no fencerun binary at $baseline (BASELINE)"
+  three_b="$baseline$(r "${ports[@]:0:3}") bench-b3 -- true"
+  five_b="$baseline$(r "${ports[@]}") bench-b5 -- true"
+  extra=(-n "quorum of 3 (baseline)" "$three_b" -n "quorum of 5 (baseline)" "$five_b")
+fi
+for c in "$single" "$three" "$five" ${baseline:+"$three_b" "$five_b"}; do
   # shellcheck disable=SC2086
   $c || die "\`$c\` failed"
 done
 
-ncpu="$(nproc)"
+ncpu="${LOAD_MAX:-$(nproc)}"
 deadline=$((SECONDS + load_wait))
 while awk -v n="$ncpu" '{exit !($1 >= n)}' /proc/loadavg && ((SECONDS < deadline)); do
   say "load $(cut -d' ' -f1 /proc/loadavg) >= $ncpu CPUs: waiting for it to settle"
@@ -71,7 +81,7 @@ load_before="$(uptime)"
 awk -v n="$ncpu" '{exit !($1 >= n)}' /proc/loadavg && die "load stayed at or above $ncpu: not measuring ($load_before)"
 
 hyperfine -N -w "$warmup" -r "$runs" --style basic --export-json "$work/h.json" \
-  -n "single server (-r A)" "$single" -n "quorum of 3" "$three" -n "quorum of 5" "$five" >/dev/null
+  -n "single server (-r A)" "$single" -n "quorum of 3" "$three" -n "quorum of 5" "$five" "${extra[@]}" >/dev/null
 
 # Commands per run: every server's commandstats total, before and after RUNS runs of each mode.
 total_calls() {
@@ -94,25 +104,31 @@ per_run() {  # per_run "COMMAND" PORT...: Redis commands per run of COMMAND, the
 c1="$(per_run "$single" "${ports[0]}")"
 c3="$(per_run "$three" "${ports[@]:0:3}")"
 c5="$(per_run "$five" "${ports[@]}")"
+c3b="" c5b=""
+if [[ -n "$baseline" ]]; then
+  c3b="$(per_run "$three_b" "${ports[@]:0:3}")"
+  c5b="$(per_run "$five_b" "${ports[@]}")"
+fi
 load_after="$(uptime)"
 
-section="$(python3 - "$work/h.json" "$c1" "$c3" "$c5" "$load_before" "$load_after" "$runs" "$warmup" <<'PY'
+section="$(python3 - "$work/h.json" "$c1" "$c3" "$c5" "$load_before" "$load_after" "$runs" "$warmup" "$c3b" "$c5b" <<'PY'
 import json, sys
-h, c1, c3, c5, before, after, runs, warmup = sys.argv[1:]
+h, c1, c3, c5, before, after, runs, warmup, c3b, c5b = sys.argv[1:]
 res = json.load(open(h))["results"]
 base = res[0]["mean"]
-calls = [c1, c3, c5]
+calls = [c1, c3, c5] + ([c3b, c5b] if c3b else [])
 out = ["<!-- quorum:begin -->", "## 10. Quorum mode: cost per run", "",
        "`bench/quorum.sh`: `fencerun ... NAME -- true` against 1, 3 and 5 independent redis-servers on",
        f"loopback, `hyperfine -N -w {warmup} -r {runs}` (all three in one hyperfine run); Redis commands",
        "per run summed over every server (INFO commandstats: the calls scripts make inside the server",
        "included).", "",
        f"Load before: `{before}`  ", f"Load after: `{after}`", "",
-       "| mode | mean | ± σ | vs single server | Redis commands per run (all servers) |",
-       "|---|---|---|---|---|"]
+       "| mode | mean | ± σ | median | vs single server (median) | Redis commands per run (all servers) |",
+       "|---|---|---|---|---|---|"]
+base_median = res[0]["median"]
 for r, c in zip(res, calls):
     out.append(f"| {r['command']} | {r['mean']*1000:.2f} ms | {r['stddev']*1000:.2f} ms | "
-               f"{r['mean']/base:.2f}x | {c} |")
+               f"{r['median']*1000:.2f} ms | {r['median']/base_median:.2f}x | {c} |")
 out += ["", "<!-- quorum:end -->"]
 print("\n".join(out))
 PY

@@ -181,7 +181,8 @@ Exit run_locked(const config::Config& c, RunReport& report) {
   auto lease = c.common.servers.empty()
                    ? lease::make_redis_lease({c.common.endpoint, c.common.redacted_url, c.common.key_prefix},
                                              lease_request(c))
-                   : lease::make_quorum_lease({c.common.servers, c.common.server_urls, c.common.key_prefix},
+                   : lease::make_quorum_lease({c.common.servers, c.common.server_urls, c.common.key_prefix,
+                                                c.common.quorum_max_ttl},
                                               lease_request(c));
   SignalWaiter waiter(signals, c.run.lock);
   auto held = lease->acquire(waiter, report.lock_wait);

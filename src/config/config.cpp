@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "config/quorum_limits.hpp"
 #include "lease/lease.hpp"
 #include "util/duration.hpp"
 #include "util/error.hpp"
@@ -294,6 +295,8 @@ CommonConfig make_common_config(const Options& o, const GetEnv& getenv) {
       c.server_urls.push_back(redacted_url(s));
       c.redacted_url += (c.redacted_url.empty() ? "" : " ") + c.server_urls.back();
     }
+    check_quorum_addresses(c.servers, c.server_urls);
+    c.quorum_max_ttl = quorum_max_ttl(getenv("FENCERUN_QUORUM_MAX_TTL"));
   }
 
   c.timeout = duration_option("--timeout", o.timeout);
@@ -438,6 +441,7 @@ Config make_config(const Options& o, const GetEnv& getenv, const ParseSignal& pa
   c.run.replica_timeout = duration_option("--replica-timeout", o.replica_timeout);
   if (c.run.replica_timeout <= milliseconds::zero())
     throw UsageError("--replica-timeout: must be positive, got " + o.replica_timeout);
+  if (quorum) check_quorum_ttl(c.run.timing.ttl, c.common.quorum_max_ttl);
   if (quorum && c.run.fair) throw UsageError("--fair: not supported in quorum mode (several --redis servers)");
   if (quorum && c.run.limit > 1)
     throw UsageError("--limit: only 1 in quorum mode (several --redis servers), got " + o.limit);

@@ -42,6 +42,7 @@ struct CommonConfig {
   // Empty with one server.
   std::vector<RedisEndpoint> servers;
   std::vector<std::string> server_urls;
+  milliseconds quorum_max_ttl{60'000};  // $FENCERUN_QUORUM_MAX_TTL (config/quorum_limits.hpp)
   std::string url_source;  // what chose the server: "--redis", "$FENCERUN_REDIS_URL", "$REDIS_URL", "the default"
   milliseconds timeout{2000};
   std::string key_prefix = "fencerun:";

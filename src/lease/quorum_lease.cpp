@@ -1,41 +1,36 @@
 // Quorum mode. The lease and the fencing token on N = 3, 5 or 7 independent servers, majority M =
-// N/2 + 1, all requests of a round sent at once (one worker per server, lease/fanout.hpp).
+// N/2 + 1, f = N - M, all requests of a round sent at once (one worker per server, lease/fanout.hpp).
+// docs/quorum.md states the failure model and derives exclusion and token order from it step by step;
+// this is the short version, with the names used there.
 //
-// Lease (as Redlock computes it). Round 1 sets the lock (SET NX PX ttl, owner-checked) on every
-// server; it is held when M servers set it. Its deadline is measured from the round's earliest send
-// time t0, deadline = t0 + ttl - drift (drift = ttl/100 + 2ms): each server that set the key received
-// the request after t0, so the key lives there at least until then (up to clock rate drift). Renewal
-// is the same round with an owner-checked PEXPIRE; a renewal counts when M servers renewed, and moves
-// the deadline to its own t0 + ttl - drift. The keeper (keeper.hpp) stops the job before the deadline
-// exactly as in single-server mode. Another client can hold the lock only on a majority, which shares
-// a server with ours, where our key still lives: exclusion holds while no more than N - M servers lose
-// their data (a restart without persistence) within one TTL. A failed acquisition deletes what it
-// set, owner-checked, on every server.
+// Epoch marker (PREFIX{NAME}:epoch on every server, created by the scripts when missing: the server's
+// TIME in µs, "-", a random word; "G" in front once the write-back of a new lock marked it). It is
+// lost with the server's data and created again, so its age says how long the server has kept NAME's
+// data. A server COUNTS towards a majority when its marker is "G" or at least the quarantine Q old
+// (QuorumOps::settled; Q = the quorum-wide lease cap + 2% + 10ms), or when every server answered and
+// every marker was created by this round (a new lock). Model: at most f servers lose their data
+// within any Q.
 //
-// Token (a majority register, with no assumption on clocks). Round 1 also reads each server's token
-// counter and clock. The token is
-//     token = max(1 + the greatest counter of the servers that answered, the greatest server clock in µs)
-// and round 2 writes it back to every server where our lease is present (raise-only: counter =
-// max(counter, token)); the command starts only once M servers confirmed that write. Why the next
-// token T' is greater than T: T's write-back set W has M servers; the reading set R of the next
-// acquisition counts only when M servers in it report a counter, so it shares a server s with W.
-//   - s kept its data since the write: its counter is >= T (raise-only), so T' > T.
-//   - s lost its data after the write (restarted empty): it reports no counter, so it is not in R,
-//     unless a later write-back repaired it; that write-back carried a token issued after T, greater
-//     by the same argument (induction over the acquisitions in order). A late write-back of an older
-//     acquisition cannot lower anything (raise-only) and cannot reach a restarted server at all: it is
-//     owner-checked, and a restarted server has no lease of that owner.
-// So: a server that lost its data does not count towards a majority until a write-back repaired its
-// counter; with fewer than M servers reporting a counter, the acquisition is refused (unavailable)
-// rather than risk a token that goes backwards. The one exception: when all N servers answered and
-// none reports a counter, NAME is new (or more than N - M servers lost their data, which the lease's
-// assumption excludes too); then the servers' clocks are the only floor, as in single-server mode,
-// and fencerun says so (warning no_counter). When only some answered and none has a counter, that is
-// not enough: one server that lost its data and one that never had the counter look the same, so the
-// acquisition is refused until every server answers.
-// Assumption: a server either keeps its data or loses all of NAME's keys; a server restored from an
-// older snapshot (or a replica promoted after missing writes) reports a stale counter and is not
-// covered beyond the clock floor.
+// Lease (as Redlock computes it, counting only servers that count). Round 1 (quorum_acquire.lua) sets
+// the lock (SET NX PX ttl, or PEXPIRE when it is ours); it is held when M servers that count set it,
+// until t0 + ttl - drift (t0 the round's earliest send, drift = ttl/100 + 2ms). Renewal
+// (quorum_renew.lua) extends it, and sets it again where it is missing and the server's marker is not
+// the one this holder saw (the server lost NAME's data since); it counts when M servers that count
+// renewed. Two owners' valid claims share a server s that both counted: the later found the earlier's
+// key expired or released, or s lost its data after the earlier's script ran there, and then its
+// marker was at least Q > ttl old when the later ran: either way the earlier claim had ended.
+//
+// Token. Round 1 also reads each server's counter and clock in the same atomic step. The token is
+//     token = max(1 + the greatest counter reported, the (f+1)-th greatest clock of those that answered)
+// issued only when M servers that count AND where this attempt set the lock reported a counter (the
+// read set R), or when all N answered and none has a counter (then it is the median clock). Round 2
+// (quorum_token.lua) writes it back, raise-only and owner-checked, to every server; the command starts
+// once M confirmed (the write set W). R of a later acquisition shares a server s with W of an earlier
+// one; on s the write came before the read (the read set the later owner's lock, so the earlier's was
+// gone: its holding was over); if s kept its data its counter is >= the earlier token, and if it lost
+// it, a counter there came from a later owner-checked write-back, whose token is greater by induction.
+// So tokens strictly increase in the order the lock is held: never equal, never backwards.
+// Not covered: a server restored from an older snapshot (a stale counter and an old marker).
 #include "lease/quorum_lease.hpp"
 
 #include <algorithm>
@@ -49,6 +44,8 @@
 #include "lease/script_call.hpp"
 #include "log/log.hpp"
 #include "util/duration.hpp"
+#include "util/error.hpp"
+#include "util/random.hpp"
 
 namespace fencerun::lease {
 namespace {
@@ -70,11 +67,13 @@ struct Claim {
   std::uint64_t time_us = 0;
   Holder holder;                          // when not set
   std::optional<milliseconds> remaining;  // the holder's, when not set
+  std::string epoch;                      // NAME's epoch marker on this server
+  bool created = false;                   // the marker was missing and this round created it
 };
 
 Result<Claim> parse_claim(const Reply& r) {
   const auto& e = r.elements;
-  if (!r.is_array() || e.size() != 6) return std::unexpected(protocol_error("unexpected reply to the acquire script"));
+  if (!r.is_array() || e.size() != 8) return std::unexpected(protocol_error("unexpected reply to the acquire script"));
   Claim c;
   c.set = e[0].as_integer() == 1;
   if (e[1].is_string()) {
@@ -86,7 +85,35 @@ Result<Claim> parse_claim(const Reply& r) {
   c.time_us = static_cast<std::uint64_t>(*seconds) * 1'000'000 + static_cast<std::uint64_t>(*micros);
   if (e[4].is_string()) c.holder = parse_holder(e[4].str);
   if (auto pttl = e[5].as_integer(); pttl && *pttl >= 0) c.remaining = milliseconds(*pttl);
+  if (!e[6].is_string()) return std::unexpected(protocol_error("acquire script returned no epoch marker"));
+  c.epoch = e[6].str;
+  c.created = e[7].as_integer() == 1;
   return c;
+}
+
+std::uint64_t time_us(const Reply& seconds, const Reply& micros) {
+  auto s = seconds.as_integer(), u = micros.as_integer();
+  return s && u && *s >= 0 && *u >= 0 ? static_cast<std::uint64_t>(*s) * 1'000'000 + static_cast<std::uint64_t>(*u) : 0;
+}
+
+// One server's answer to a renewal (quorum_renew.lua).
+struct Renewal {
+  RenewOutcome outcome = RenewOutcome::gone;
+  bool set_again = false;
+  std::string epoch;
+  std::uint64_t time_us = 0;
+};
+
+// NAME's epoch marker on a server: the server's TIME in µs when it was created, "-" and a random word
+// of the client that created it, "G" in front when
+// it was created by the first use of NAME, with every server answering (quorum_token.lua). How long
+// this server has kept NAME's data without a gap, on its own clock: nullopt for a "G" marker (since
+// the lock began), else now - created (0 when the clock went back since).
+std::optional<std::uint64_t> epoch_age_us(std::string_view epoch, std::uint64_t now_us) {
+  if (epoch.starts_with("G")) return std::nullopt;
+  auto created = to_number<std::uint64_t>(epoch.substr(0, epoch.find('-')));
+  if (!created || *created > now_us) return 0;
+  return now_us - *created;
 }
 
 std::string owner_of(std::string_view value) { return std::string(value.substr(0, value.find(' '))); }
@@ -109,7 +136,26 @@ std::string first_failure(const std::vector<Result<T>>& replies, const std::vect
 class QuorumOps final : public Renewer {
  public:
   QuorumOps(const QuorumTarget& target, LockKeys keys)
-      : m_fanout(target.servers), m_endpoints(target.servers), m_urls(target.redacted_urls), m_keys(std::move(keys)) {}
+      : m_fanout(target.servers),
+        m_endpoints(target.servers),
+        m_urls(target.redacted_urls),
+        m_keys(std::move(keys)),
+        m_epoch_key(m_keys.lock.substr(0, m_keys.lock.size() - 4) + "epoch"),
+        m_quarantine_us(static_cast<std::uint64_t>((target.max_ttl + target.max_ttl / 50 + milliseconds(10)).count()) *
+                        1000),
+        m_seen(target.servers.size()) {}
+
+  // How long a server that lost NAME's data counts towards no majority (on its own clock): the
+  // quorum-wide lease cap, +2% for clock rate drift, +10ms.
+  std::uint64_t quarantine_us() const { return m_quarantine_us; }
+  // Whether a server whose marker is `epoch` counts towards a majority at its time `now_us`.
+  bool settled(std::string_view epoch, std::uint64_t now_us) const {
+    auto age = epoch_age_us(epoch, now_us);
+    return !age || *age >= m_quarantine_us;
+  }
+  // The epoch marker this holder last saw on each server ("" when none): the renewal sets the lock
+  // again only where it changed (the server lost NAME's data since).
+  void saw(std::size_t i, std::string epoch) { m_seen.at(i) = std::move(epoch); }
 
   std::size_t size() const { return m_fanout.size(); }
   std::size_t majority() const { return majority_of(size()); }
@@ -124,96 +170,157 @@ class QuorumOps final : public Renewer {
   std::vector<Result<Claim>> claim(const std::string& value, milliseconds ttl, Deadline until) {
     const std::size_t m = majority();
     return m_fanout.round<Claim>(
-        [lock = m_keys.lock, token = m_keys.token, value, owner = owner_of(value),
+        [lock = m_keys.lock, token = m_keys.token, epoch = m_epoch_key, value, owner = owner_of(value),
          ttl_ms = std::to_string(ttl.count()), until](Client& client, std::size_t) -> Result<Claim> {
-          std::string_view keys[] = {lock, token};
-          std::string_view args[] = {value, ttl_ms, owner};
+          // Never sent after the round's end: a request sent late could land after the attempt was undone.
+          if (BootClock::now() >= until) return std::unexpected(Error{Error::Kind::timeout, "no reply within the round"});
+          std::string_view keys[] = {lock, token, epoch};
+          const std::string word = random_hex(6);
+          std::string_view args[] = {value, ttl_ms, owner, word};
           Deadline sent{};
           auto reply = run_script(client, scripts::k_quorum_acquire, keys, args, until, sent);
           if (!reply) return std::unexpected(reply.error());
           return parse_claim(*reply);
         },
-        until, [m](const Fanout::Replies<Claim>& r) {
-          return count_if_ok<Claim>(r, [](const Claim& c) { return c.set; }) >= m &&
-                 count_if_ok<Claim>(r, [](const Claim& c) { return c.counter.has_value(); }) >= m;
+        until, [m, this](const Fanout::Replies<Claim>& r) {
+          // Decided once M servers that count set the lock and know the counter (the rest can only
+          // raise the token, and the write-back raises them anyway).
+          return count_if_ok<Claim>(r, [this](const Claim& c) {
+                   return c.set && c.counter && settled(c.epoch, c.time_us);
+                 }) >= m;
         });
   }
 
   // Round 2: the token written back where our lease is; true where it was. Ends once M confirmed.
-  std::vector<Result<bool>> write_back(const std::string& value, std::uint64_t token, Deadline until) {
+  // `new_lock`: mark the epoch markers "G" (every server answered round 1 and created its marker).
+  std::vector<Result<bool>> write_back(const std::string& value, std::uint64_t token, bool new_lock, Deadline until) {
     const std::size_t m = majority();
-    return m_fanout.round<bool>(
-        [lock = m_keys.lock, counter = m_keys.token, value, owner = owner_of(value),
-         text = std::to_string(token), until](Client& client, std::size_t) -> Result<bool> {
-          std::string_view keys[] = {lock, counter};
-          std::string_view args[] = {owner, text, value};
+    auto written = m_fanout.round<std::pair<bool, std::string>>(
+        [lock = m_keys.lock, counter = m_keys.token, epoch = m_epoch_key, value, owner = owner_of(value),
+         text = std::to_string(token), flag = std::string(new_lock ? "1" : "0"),
+         until](Client& client, std::size_t) -> Result<std::pair<bool, std::string>> {
+          if (BootClock::now() >= until) return std::unexpected(Error{Error::Kind::timeout, "no reply within the round"});
+          std::string_view keys[] = {lock, counter, epoch};
+          std::string_view args[] = {owner, text, value, flag};
           Deadline sent{};
           auto reply = run_script(client, scripts::k_quorum_token, keys, args, until, sent);
           if (!reply) return std::unexpected(reply.error());
-          auto n = reply->as_integer();
-          if (!n) return std::unexpected(protocol_error("unexpected reply to the token script"));
-          return *n == 1;
+          const auto& e = reply->elements;
+          if (!reply->is_array() || e.size() != 2 || !e[0].as_integer())
+            return std::unexpected(protocol_error("unexpected reply to the token script"));
+          return std::pair{*e[0].as_integer() == 1, e[1].is_string() ? e[1].str : std::string()};
         },
-        until, [m](const Fanout::Replies<bool>& r) { return count_if_ok<bool>(r, [](bool b) { return b; }) >= m; });
+        until, [m](const Fanout::Replies<std::pair<bool, std::string>>& r) {
+          return count_if_ok<std::pair<bool, std::string>>(r, [](const auto& w) { return w.first; }) >= m;
+        });
+    std::vector<Result<bool>> out;
+    for (std::size_t i = 0; i < written.size(); ++i) {
+      if (!written[i]) {
+        out.push_back(std::unexpected(written[i].error()));
+        continue;
+      }
+      if (!written[i]->second.empty()) saw(i, written[i]->second);
+      out.push_back(written[i]->first);
+    }
+    return out;
   }
 
-  // Owner-checked renewal on every server: renewed once M renewed; lost once M say gone or taken.
+  // Owner-checked renewal on every server, setting the lock again where the server lost NAME's data
+  // since this holder saw it (quorum_renew.lua): renewed once M servers that count renewed or set it
+  // again; lost once M say gone or taken.
   Result<RenewOutcome> renew(std::string_view value, milliseconds ttl, Deadline deadline, Deadline& sent) override {
     const std::size_t m = majority();
     sent = BootClock::now();  // the earliest send time of the round
-    auto replies = m_fanout.round<RenewOutcome>(
-        [lock = m_keys.lock, owner = owner_of(value), ttl_ms = std::to_string(ttl.count()), deadline](
-            Client& client, std::size_t) -> Result<RenewOutcome> {
-          std::string_view keys[] = {lock};
-          std::string_view args[] = {owner, ttl_ms};
+    const auto counts = [this](const Renewal& r) {
+      return r.outcome == RenewOutcome::renewed && settled(r.epoch, r.time_us);
+    };
+    auto replies = m_fanout.round<Renewal>(
+        [lock = m_keys.lock, epoch = m_epoch_key, owner = owner_of(value), full = std::string(value),
+         ttl_ms = std::to_string(ttl.count()), deadline, seen = m_seen](Client& client, std::size_t i) -> Result<Renewal> {
+          if (BootClock::now() >= deadline) return std::unexpected(Error{Error::Kind::timeout, "no reply within the round"});
+          std::string_view keys[] = {lock, epoch};
+          const std::string word = random_hex(6);
+          std::string_view args[] = {owner, ttl_ms, full, seen[i], word};
           Deadline s{};
           auto reply = run_script(client, scripts::k_quorum_renew, keys, args, deadline, s);
           if (!reply) return std::unexpected(reply.error());
-          auto n = reply->as_integer();
-          if (!n) return std::unexpected(protocol_error("unexpected reply to the renew script"));
-          return *n == 1 ? RenewOutcome::renewed : *n == 0 ? RenewOutcome::gone : RenewOutcome::stolen;
+          const auto& e = reply->elements;
+          auto n = reply->is_array() && e.size() == 4 ? e[0].as_integer() : std::nullopt;
+          if (!n || !e[1].is_string()) return std::unexpected(protocol_error("unexpected reply to the renew script"));
+          Renewal out;
+          out.outcome = *n >= 1 ? RenewOutcome::renewed : *n == 0 ? RenewOutcome::gone : RenewOutcome::stolen;
+          out.set_again = *n == 2;
+          out.epoch = e[1].str;
+          out.time_us = time_us(e[2], e[3]);
+          return out;
         },
-        deadline, [m](const Fanout::Replies<RenewOutcome>& r) {
-          return count_if_ok<RenewOutcome>(r, [](RenewOutcome o) { return o == RenewOutcome::renewed; }) >= m ||
-                 count_if_ok<RenewOutcome>(r, [](RenewOutcome o) { return o != RenewOutcome::renewed; }) >= m;
+        deadline, [m, counts](const Fanout::Replies<Renewal>& r) {
+          return count_if_ok<Renewal>(r, counts) >= m ||
+                 count_if_ok<Renewal>(r, [](const Renewal& x) { return x.outcome != RenewOutcome::renewed; }) >= m;
         });
-    std::size_t renewed = 0, gone = 0, stolen = 0;
-    for (const auto& r : replies) {
+    std::size_t renewed = 0, gone = 0, stolen = 0, set_again = 0;
+    for (std::size_t i = 0; i < replies.size(); ++i) {
+      const auto& r = replies[i];
       if (!r) continue;
-      renewed += *r == RenewOutcome::renewed;
-      gone += *r == RenewOutcome::gone;
-      stolen += *r == RenewOutcome::stolen;
+      saw(i, r->epoch);
+      renewed += counts(*r);
+      set_again += r->set_again;
+      gone += r->outcome == RenewOutcome::gone;
+      stolen += r->outcome == RenewOutcome::stolen;
     }
+    if (set_again > 0)
+      log::event(log::Level::info, "lease_set_again",
+                 "set the lease again on " + std::to_string(set_again) + " server(s) that lost it with their data",
+                 {{"servers", std::to_string(size())}});
     if (renewed >= m) return RenewOutcome::renewed;
     if (gone + stolen >= m) return stolen > 0 ? RenewOutcome::stolen : RenewOutcome::gone;
     return std::unexpected(Error{Error::Kind::connection,
                                  "renewed on " + std::to_string(renewed) + " of " + std::to_string(size()) +
-                                     " servers (a majority is " + std::to_string(m) + "); " +
+                                     " servers that count (a majority is " + std::to_string(m) + "); " +
                                      first_failure(replies, m_urls)});
   }
 
   struct ReleaseTally {
-    std::size_t deleted = 0;   // our lease was there and is gone
-    std::size_t not_ours = 0;  // it was not there (expired, lost with the server's data, or taken)
+    std::size_t deleted = 0;    // our lease was there and is gone
+    std::size_t not_ours = 0;   // it was not there (expired, deleted, or taken) on a server that kept its data
+    std::size_t data_lost = 0;  // it was not there, and the server lost NAME's data since we saw it (or we
+                                // never saw it: it did not answer our rounds)
   };
   // Owner-checked compare-and-delete on every server. Ends once M deleted. With `wake`, each server
   // that deleted tells the waiters listening there. The undoing of a failed attempt does not: a waiter
   // that set the lock on a minority and undid it would wake the others, who would do the same, for as
   // long as the lock is held.
-  ReleaseTally release(const std::string& owner, Deadline until, bool wake) {
+  // `unmark`: by server, the epoch marker the failed attempt created there ("" none), taken back
+  // (quorum_unmark.lua).
+  ReleaseTally release(const std::string& owner, Deadline until, bool wake, std::vector<std::string> unmark = {}) {
     const std::size_t m = majority();
-    auto replies = m_fanout.round<bool>(
-        [keys = m_keys, owner, until, wake, channel = released_channel()](Client& client, std::size_t) {
+    enum class Outcome { deleted, not_ours, data_lost };
+    auto replies = m_fanout.round<Outcome>(
+        [keys = m_keys, owner, until, wake, channel = released_channel(), unmark, epoch = m_epoch_key,
+         seen = m_seen](Client& client, std::size_t i) -> Result<Outcome> {
           auto deleted = release_holder(client, keys, 1, owner, until);
+          if (i < unmark.size() && !unmark[i].empty()) {
+            std::string_view k[] = {epoch};
+            std::string_view a[] = {unmark[i]};
+            Deadline sent{};
+            [[maybe_unused]] auto taken = run_script(client, scripts::k_quorum_unmark, k, a, until, sent);
+          }
+          if (!deleted) return std::unexpected(deleted.error());
           // Best effort: the waiters also poll.
-          if (wake && deleted && *deleted)
+          if (wake && *deleted)
             [[maybe_unused]] auto woken = client.command({"PUBLISH", channel, "released"}, until);
-          return deleted;
+          if (*deleted) return Outcome::deleted;
+          if (seen[i].empty()) return Outcome::data_lost;
+          auto now = client.command({"GET", epoch}, until);
+          if (!now) return std::unexpected(now.error());
+          return now->is_string() && now->str == seen[i] ? Outcome::not_ours : Outcome::data_lost;
         },
-        until, [m](const Fanout::Replies<bool>& r) { return count_if_ok<bool>(r, [](bool b) { return b; }) >= m; });
+        until, [m](const Fanout::Replies<Outcome>& r) {
+          return count_if_ok<Outcome>(r, [](Outcome o) { return o == Outcome::deleted; }) >= m;
+        });
     ReleaseTally out;
     for (const auto& r : replies)
-      if (r) ++(*r ? out.deleted : out.not_ours);
+      if (r) ++(*r == Outcome::deleted ? out.deleted : *r == Outcome::not_ours ? out.not_ours : out.data_lost);
     return out;
   }
 
@@ -222,6 +329,9 @@ class QuorumOps final : public Renewer {
   std::vector<redis::RedisEndpoint> m_endpoints;
   std::vector<std::string> m_urls;
   LockKeys m_keys;
+  std::string m_epoch_key;
+  std::uint64_t m_quarantine_us;
+  std::vector<std::string> m_seen;
 };
 
 milliseconds since(Deadline t) { return std::chrono::duration_cast<milliseconds>(BootClock::now() - t); }
@@ -265,14 +375,17 @@ class QuorumHeldLease final : public KeptLease {
     m_released = true;
     const auto r = m_ops.release(m_request.owner, BootClock::now() + m_request.request_timeout, /*wake=*/true);
     const std::size_t m = m_ops.majority();
-    if (r.deleted >= m) {
+    // A server that lost NAME's data since this holder saw it says nothing about the lease: it was
+    // held on the others (the keeper stops the job before the lease's deadline in any case).
+    if (r.deleted >= m || (r.deleted > 0 && r.not_ours == 0 && r.deleted + r.data_lost >= m)) {
       log::event(log::Level::info, "released", "released lock", m_context);
       return Released::yes;
     }
-    if (r.deleted + r.not_ours >= m) return Released::not_ours;
+    if (r.deleted + r.not_ours + r.data_lost >= m) return Released::not_ours;
     log::event(log::Level::warn, "release_failed",
                "could not release the lock on a majority of the servers (it expires by itself): deleted on " +
-                   std::to_string(r.deleted) + ", answered by " + std::to_string(r.deleted + r.not_ours) + " of " +
+                   std::to_string(r.deleted) + ", answered by " + std::to_string(r.deleted + r.not_ours + r.data_lost) +
+                   " of " +
                    std::to_string(m_ops.size()),
                m_context);
     return Released::failed;
@@ -306,12 +419,12 @@ class QuorumLease final : public Lease {
   // when none does (then the waiter only polls).
   std::optional<redis::Client> subscribe(std::size_t first);
   // Round 2 for a lock held on a majority since `sent`.
-  Attempt token_for(const std::vector<Result<Claim>>& claims, Deadline sent);
+  Attempt token_for(const std::vector<Result<Claim>>& claims, Deadline sent, bool new_lock);
   // Undoes a failed attempt on every server (owner-checked). Kept short: an unresponsive server will
   // not answer this either, and the lock expires anyway.
   void undo() {
     auto cleanup = std::min<milliseconds>(m_request.request_timeout / 4, milliseconds(200));
-    m_ops.release(m_request.owner, BootClock::now() + cleanup, /*wake=*/false);
+    m_ops.release(m_request.owner, BootClock::now() + cleanup, /*wake=*/false, m_created);
   }
   std::string servers_text() const {
     return std::to_string(m_ops.size()) + " servers (a majority is " + std::to_string(m_ops.majority()) + ")";
@@ -320,6 +433,7 @@ class QuorumLease final : public Lease {
 
   LeaseRequest m_request;
   QuorumOps m_ops;
+  std::vector<std::string> m_created;  // by server, the epoch marker this attempt created ("" none)
 };
 
 Attempt QuorumLease::attempt() {
@@ -331,8 +445,34 @@ Attempt QuorumLease::attempt() {
   const std::string value =
       m_request.owner + " 0 " + std::to_string(m_request.pid) + " " + m_request.host;
   const auto claims = m_ops.claim(value, m_request.timing.ttl, bound);
+  const std::size_t n = m_ops.size(), m = m_ops.majority();
+  // Markers this attempt created are taken back if it fails, but only while NAME still looks new (no
+  // server that answered had one): a server that lost NAME's data while another kept it must keep the
+  // marker, whose age is its quarantine.
+  m_created.assign(n, std::string());
+  if (std::ranges::all_of(claims, [](const Result<Claim>& c) { return !c || c->created; }))
+    for (std::size_t i = 0; i < n; ++i)
+      if (claims[i]) m_created[i] = claims[i]->epoch;
 
-  std::size_t set = 0, answered = 0;
+  // Two -r that reach the same data (one server under two addresses) see the same epoch marker: the
+  // first request created it, the second read it.
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = i + 1; j < n; ++j)
+      if (claims[i] && claims[j] && claims[i]->epoch == claims[j]->epoch) {
+        undo();
+        throw UsageError("--redis: servers " + std::to_string(i + 1) + " (" + m_ops.urls()[i] + ") and " +
+                         std::to_string(j + 1) + " (" + m_ops.urls()[j] +
+                         ") are the same server (they hold the same data); quorum mode needs independent servers");
+      }
+
+  // A new lock: every server answered and none had NAME's epoch marker (none has kept any of NAME's
+  // data). Then every server counts at once; otherwise a server counts once its marker is older than
+  // the quarantine (it lost NAME's data at least one lease cap ago) or marks the lock's beginning.
+  const bool new_lock = std::ranges::all_of(claims, [](const Result<Claim>& c) { return c && c->created; });
+  const auto counts = [&](const Result<Claim>& c) {
+    return c && (new_lock || m_ops.settled(c->epoch, c->time_us));
+  };
+  std::size_t set = 0, answered = 0, counted = 0;
   HeldElsewhere busy;
   bool maybe_set = false;
   for (const auto& c : claims) {
@@ -341,8 +481,10 @@ Attempt QuorumLease::attempt() {
       continue;
     }
     ++answered;
+    counted += counts(c);
     if (c->set) {
-      ++set;
+      set += counts(c);
+      maybe_set = true;
       continue;
     }
     if (c->remaining && (!busy.remaining || *c->remaining < *busy.remaining)) {
@@ -351,12 +493,33 @@ Attempt QuorumLease::attempt() {
     }
     if (busy.holder.owner.empty()) busy.holder = c->holder;
   }
-  const std::size_t m = m_ops.majority();
   if (set < m) {
-    if (set > 0 || maybe_set) undo();
+    if (maybe_set) undo();
     if (answered < m)
-      return Unavailable{"only " + std::to_string(answered) + " of " + std::to_string(m_ops.size()) +
-                         " servers answered; " + first_failure(claims, m_ops.urls())};
+      return Unavailable{"only " + std::to_string(answered) + " of " + std::to_string(n) + " servers answered; " +
+                         first_failure(claims, m_ops.urls())};
+    if (counted < m && std::ranges::all_of(claims, [](const Result<Claim>& c) { return !c || c->created; })) {
+      std::string silent;
+      for (std::size_t i = 0; i < n; ++i)
+        if (!claims[i]) silent += (silent.empty() ? "" : ", ") + std::to_string(i + 1);
+      return Unavailable{"no server that answered knows the token counter and server " + silent +
+                         " did not answer: a new lock cannot be told from lost counters until every server answers; " +
+                         first_failure(claims, m_ops.urls())};
+    }
+    if (counted < m) {
+      std::string why = "only " + std::to_string(counted) + " of " + std::to_string(n) + " servers count towards a majority";
+      for (std::size_t i = 0; i < n; ++i)
+        if (claims[i] && !counts(claims[i])) {
+          const auto age = epoch_age_us(claims[i]->epoch, claims[i]->time_us).value_or(0);
+          const auto left_ms = (m_ops.quarantine_us() - std::min(age, m_ops.quarantine_us())) / 1000;
+          why += "; server " + std::to_string(i + 1) + " (" + m_ops.urls()[i] + ") lost the data of '" +
+                 m_request.lock + "' " + (claims[i]->created ? std::string("(restarted without it, or never had it)")
+                                                            : std::to_string(age / 1000) + "ms ago") +
+                 " and counts again in " + std::to_string(left_ms) + "ms (the quorum's lease cap)";
+        }
+      if (answered < n) why += "; " + first_failure(claims, m_ops.urls());
+      return Unavailable{why};
+    }
     return busy;
   }
   if (BootClock::now() >= schedule.stop_at(deadline)) {
@@ -364,53 +527,65 @@ Attempt QuorumLease::attempt() {
     return Unavailable{"the majority's replies came too late: the lease would have run short before the command "
                        "started"};
   }
-  return token_for(claims, sent);
+  return token_for(claims, sent, new_lock);
 }
 
-Attempt QuorumLease::token_for(const std::vector<Result<Claim>>& claims, Deadline sent) {
-  const std::size_t m = m_ops.majority();
-  std::size_t answered = 0, with_counter = 0;
-  std::uint64_t max_counter = 0, max_time = 0;
+Attempt QuorumLease::token_for(const std::vector<Result<Claim>>& claims, Deadline sent, bool new_lock) {
+  const std::size_t n = m_ops.size(), m = m_ops.majority(), f = n - m;
+  std::size_t answered = 0, read = 0, any_counter = 0;
+  std::uint64_t max_counter = 0;
+  std::vector<std::uint64_t> clocks;
   for (const auto& c : claims) {
     if (!c) continue;
     ++answered;
-    max_time = std::max(max_time, c->time_us);
+    clocks.push_back(c->time_us);
     if (c->counter) {
-      ++with_counter;
+      ++any_counter;
       max_counter = std::max(max_counter, *c->counter);
+      // Counted only where this attempt set the lock in the same atomic step, on a server that counts:
+      // no other owner could write there between (its write-back is owner-checked).
+      read += c->set && (new_lock || m_ops.settled(c->epoch, c->time_us));
     }
   }
-  if (with_counter > 0 && with_counter < m) {
+  // The clock floor: the (f+1)-th greatest clock of those that answered (the median when all N
+  // did), so that no f servers whose clocks are wrong can set it.
+  std::ranges::sort(clocks, std::greater<>());
+  const std::uint64_t floor = clocks.at(std::min(f, clocks.size() - 1));
+  const bool no_counter = any_counter == 0 && answered == n;
+  if (read < m && !no_counter) {
     undo();
     std::string missing;
     for (std::size_t i = 0; i < claims.size(); ++i)
       if (claims[i] && !claims[i]->counter) missing += (missing.empty() ? "" : ", ") + std::to_string(i + 1);
-    return Unavailable{"only " + std::to_string(with_counter) + " of the " + std::to_string(answered) +
-                       " servers that answered know the token counter (a majority of all " +
-                       std::to_string(m_ops.size()) + " must, or none): no token is issued that might not be greater "
-                       "than the last; without a counter: server " + missing + " (restarted without its data, or never "
-                       "used for this lock); raise its counter above the last token issued, at least " +
-                       std::to_string(max_counter) + ": fencerun -r URL bump " + m_request.lock + " --above TOKEN"};
+    if (any_counter == 0) {
+      // No counter among a majority is not enough to call NAME new: one server that lost its data and
+      // one that never had the counter (down since NAME was first used) look the same, and the server
+      // that holds the last counter may be the one that did not answer. Only all N can tell.
+      std::string silent;
+      for (std::size_t i = 0; i < claims.size(); ++i)
+        if (!claims[i]) silent += (silent.empty() ? "" : ", ") + std::to_string(i + 1);
+      return Unavailable{"no server that answered knows the token counter and server " + silent +
+                         " did not answer: a new lock cannot be told from lost counters until every server answers "
+                         "(or raise the counters of the servers that answered: fencerun -r URL bump " +
+                         m_request.lock + " --above TOKEN)"};
+    }
+    return Unavailable{"only " + std::to_string(read) + " of the servers where this run set the lock know the token "
+                       "counter (a majority of all " + std::to_string(n) + " must, or none): no token is issued that "
+                       "might not be greater than the last; without a counter: server " +
+                       (missing.empty() ? std::string("none") : missing) +
+                       " (restarted without its data, or never used for this lock); raise its counter above the last "
+                       "token issued, at least " + std::to_string(max_counter) + ": fencerun -r URL bump " +
+                       m_request.lock + " --above TOKEN"};
   }
-  if (with_counter == 0 && answered < m_ops.size()) {
-    // No counter among a majority is not enough to call NAME new: one server that lost its data and
-    // one that never had the counter (down since NAME was first used) look the same, and the server
-    // that holds the last counter may be the one that did not answer. Only all N can tell.
-    undo();
-    std::string silent;
-    for (std::size_t i = 0; i < claims.size(); ++i)
-      if (!claims[i]) silent += (silent.empty() ? "" : ", ") + std::to_string(i + 1);
-    return Unavailable{"no server that answered knows the token counter and server " + silent +
-                       " did not answer: a new lock cannot be told from lost counters until every server answers "
-                       "(or raise the counters of the servers that answered: fencerun -r URL bump " + m_request.lock +
-                       " --above TOKEN)"};
-  }
-  if (with_counter == 0)
-    log::event(log::Level::warn, "no_counter",
+  if (no_counter)
+    log::event(log::Level::info, "no_counter",
                "no server of the quorum has a token counter for '" + m_request.lock +
-                   "' (a new lock: every server answered): the token rests on the servers' clocks alone",
+                   "' (every server answered): the first token is the servers' median clock. Nothing to do for a "
+                   "new lock; if '" + m_request.lock + "' was used before with these servers, every server lost its "
+                   "data, and the token is ordered after the earlier ones only under the clock assumption of "
+                   "docs/quorum.md",
                {{"lock", m_request.lock}, servers_field()});
-  const std::uint64_t token = std::max(max_counter + 1, max_time);
+  const std::uint64_t token = std::max(max_counter + 1, floor);
   if (token >= k_token_limit) {
     undo();
     return Unavailable{"the token would pass 2^53"};
@@ -420,7 +595,8 @@ Attempt QuorumLease::token_for(const std::vector<Result<Claim>>& claims, Deadlin
   const LeaseSchedule schedule(m_request.timing);
   const Deadline bound =
       std::min(BootClock::now() + m_request.request_timeout, schedule.stop_at(schedule.deadline_after(sent)));
-  const auto written = m_ops.write_back(final_value, token, bound);
+  for (std::size_t i = 0; i < claims.size(); ++i) m_ops.saw(i, claims[i] ? claims[i]->epoch : std::string());
+  const auto written = m_ops.write_back(final_value, token, new_lock, bound);
   const auto confirmed =
       static_cast<std::size_t>(std::ranges::count_if(written, [](const Result<bool>& w) { return w && *w; }));
   if (confirmed < m) {

@@ -3,6 +3,7 @@
 // a fencing token kept in a majority register (see quorum_lease.cpp for the argument). The same
 // Lease / HeldLease interface as the single-server lease; no wait queue (--fair and --limit N > 1 are
 // refused by the configuration).
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +17,9 @@ struct QuorumTarget {
   std::vector<redis::RedisEndpoint> servers;
   std::vector<std::string> redacted_urls;  // by server, for messages and FENCERUN_REDIS_URL: never a password
   std::string key_prefix;
+  // The quorum-wide lease cap ($FENCERUN_QUORUM_MAX_TTL): a server that lost NAME's data counts
+  // towards no majority until this much (+2% + 10ms) has passed since (quorum_lease.cpp).
+  std::chrono::milliseconds max_ttl{60'000};
 };
 
 // More than half of `servers`.

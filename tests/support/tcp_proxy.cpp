@@ -137,6 +137,11 @@ void TcpProxy::forward(int client, int server) {
     if (p[2].revents & POLLIN) break;
     if (p[0].revents & (POLLIN | POLLHUP | POLLERR)) {
       ssize_t n = ::recv(client, buf, sizeof buf, 0);
+      if (n > 0 && m_mode.load() == Mode::black_hole) continue;
+      if (n > 0 && m_mode.load() == Mode::delay_requests) {
+        pollfd stop{m_stop_fd, POLLIN, 0};
+        if (::poll(&stop, 1, static_cast<int>(m_delay_ms.load())) > 0) break;
+      }
       if (n <= 0 || !send_all(server, buf, static_cast<size_t>(n))) break;
       if (m_mode.load() == Mode::reset_after_request && take_reset()) {
         // The reply proves the request ran; the client never sees it.

@@ -5,6 +5,9 @@
 // it can be changed while connections are open:
 //   pass_through         forward everything as it comes
 //   delay_replies        hold each server->client chunk for `delay` before forwarding it
+//   delay_requests       hold each client->server chunk for `delay` before forwarding it (a request
+//                        lands late; its reply comes back as soon as the server answers)
+//   black_hole           drop every client->server chunk (requests vanish; nothing comes back)
 //   reset_after_request  forward the client's next chunk (the request) to the server, wait for the
 //                        server's reply (so the request has run), drop it, and reset the client
 //                        connection (SO_LINGER 0: the client reads ECONNRESET)
@@ -22,7 +25,7 @@ namespace fencerun::test {
 
 class TcpProxy {
  public:
-  enum class Mode { pass_through, delay_replies, reset_after_request };
+  enum class Mode { pass_through, delay_replies, reset_after_request, delay_requests, black_hole };
 
   // Listens on a free port below 32768 at once; throws when it cannot.
   explicit TcpProxy(int target_port);

@@ -1,12 +1,26 @@
 -- Quorum mode, round 1 on one server of the quorum: sets the lock if it is absent (or keeps it when
--- this owner already holds it: a retry after a lost reply) and reads this server's token counter and
--- clock, in one atomic step. No token is issued here: the client takes the greatest counter of a
--- majority (round 2, quorum_token.lua).
--- KEYS: 1 lock, 2 token counter. ARGV: 1 the lock value ("<owner> 0 <pid> <host>"), 2 ttl ms, 3 owner.
+-- this owner already holds it: a retry after a lost reply), reads this server's token counter and
+-- clock, and reads (creating it when missing) NAME's epoch marker on this server, in one atomic step.
+-- The epoch marker holds the server's TIME in µs when it was created and a random word of the client
+-- (so that two servers never hold the same marker: one server reached under two addresses does),
+-- "G" in front once the token
+-- write-back of a new lock marked it (quorum_token.lua): it is created again after the server lost
+-- NAME's data, so its age says how long this server has kept NAME's data without a gap. No token is
+-- issued here: the client decides from the replies of every server (quorum_lease.cpp).
+-- KEYS: 1 lock, 2 token counter, 3 epoch marker.
+-- ARGV: 1 the lock value ("<owner> 0 <pid> <host>"), 2 ttl ms, 3 owner, 4 a random word.
 -- Returns {1 set / 0 held by another, the counter (false when the key is missing), TIME seconds,
---          TIME microseconds, the holder's value (false when set), the holder's PTTL (-2 when set)}.
+--          TIME microseconds, the holder's value (false when set), the holder's PTTL (-2 when set),
+--          the epoch marker, 1 when the marker was created by this call / 0}.
 if redis.replicate_commands then redis.replicate_commands() end
 local lock, owner = KEYS[1], ARGV[3]
+local now = redis.call('TIME')
+local epoch, created = redis.call('GET', KEYS[3]), 0
+if not epoch then
+  epoch = now[1] .. string.format('%06d', tonumber(now[2])) .. '-' .. ARGV[4]
+  redis.call('SET', KEYS[3], epoch)
+  created = 1
+end
 local set, holder, pttl = 0, false, -2
 local current = redis.call('GET', lock)
 if not current then
@@ -18,5 +32,4 @@ elseif string.sub(current, 1, #owner + 1) == owner .. ' ' then
 else
   holder, pttl = current, redis.call('PTTL', lock)
 end
-local now = redis.call('TIME')
-return {set, redis.call('GET', KEYS[2]), now[1], now[2], holder, pttl}
+return {set, redis.call('GET', KEYS[2]), now[1], now[2], holder, pttl, epoch, created}

@@ -2,12 +2,16 @@
 -- (counter = max(counter, token)), and puts it into the lock value, but only where this owner's
 -- lease is present. A server that lost the lease (a restart without its data) gets nothing: a late
 -- write-back of an old acquisition cannot raise a repaired counter to a stale value it never had.
--- KEYS: 1 lock, 2 token counter. ARGV: 1 owner, 2 token, 3 the lock value with the token.
--- Returns 1 written, 0 not ours here.
+-- For a new lock (ARGV 4 = "1": every server answered round 1 and created its epoch marker there),
+-- the marker is marked "G": this server has kept NAME's data since the lock was first used.
+-- KEYS: 1 lock, 2 token counter, 3 epoch marker. ARGV: 1 owner, 2 token, 3 the lock value with the
+-- token, 4 "1" for a new lock / "0".
+-- Returns {1 written / 0 not ours here, the epoch marker (false when missing)}.
 if redis.replicate_commands then redis.replicate_commands() end
 local lock, owner = KEYS[1], ARGV[1]
 local current = redis.call('GET', lock)
-if not current or string.sub(current, 1, #owner + 1) ~= owner .. ' ' then return 0 end
+local epoch = redis.call('GET', KEYS[3])
+if not current or string.sub(current, 1, #owner + 1) ~= owner .. ' ' then return {0, epoch} end
 local counter = tonumber(redis.call('GET', KEYS[2]) or '0')
 if not counter then
   return redis.error_reply('FENCERUN token key ' .. KEYS[2] .. ' does not hold a number')
@@ -15,4 +19,8 @@ end
 if tonumber(ARGV[2]) > counter then redis.call('SET', KEYS[2], ARGV[2]) end
 local pttl = redis.call('PTTL', lock)
 if pttl > 0 then redis.call('SET', lock, ARGV[3], 'PX', pttl) end
-return 1
+if ARGV[4] == '1' and epoch and string.sub(epoch, 1, 1) ~= 'G' then
+  epoch = 'G' .. epoch
+  redis.call('SET', KEYS[3], epoch)
+end
+return {1, epoch}
