@@ -7,8 +7,8 @@
 // TIME in µs, "-", a random word; "G" in front once the write-back of a new lock marked it). It is
 // lost with the server's data and created again, so its age says how long the server has kept NAME's
 // data. A server COUNTS towards a majority when its marker is "G" or at least the quarantine Q old
-// (QuorumOps::settled; Q = the quorum-wide lease cap + 2% + 10ms), or when every server answered and
-// every marker was created by this round (a new lock). Model: at most f servers lose their data
+// (QuorumOps::settled; Q = the quorum-wide lease cap + 2% + 10ms), or when every server answered, none
+// has a counter and no marker counts yet (a new lock). Model: at most f servers lose their data
 // within any Q.
 //
 // Lease (as Redlock computes it, counting only servers that count). Round 1 (quorum_acquire.lua) sets
@@ -465,10 +465,17 @@ Attempt QuorumLease::attempt() {
                          ") are the same server (they hold the same data); quorum mode needs independent servers");
       }
 
-  // A new lock: every server answered and none had NAME's epoch marker (none has kept any of NAME's
-  // data). Then every server counts at once; otherwise a server counts once its marker is older than
-  // the quarantine (it lost NAME's data at least one lease cap ago) or marks the lock's beginning.
-  const bool new_lock = std::ranges::all_of(claims, [](const Result<Claim>& c) { return c && c->created; });
+  // A new lock: every server answered, none has a token counter, and no marker counts (none is "G" or
+  // at least Q old): no server has kept any of NAME's data that a holder ever relied on. Then every
+  // server counts at once; otherwise a server counts once its marker is older than the quarantine (it
+  // lost NAME's data at least one lease cap ago) or marks the lock's beginning. Markers that other
+  // contenders created an instant ago (two first runs at once), or that a first run killed before its
+  // write-back left, do not make a new lock look restarted. Within the model this state cannot follow
+  // a holder's start: its write-back put counters on M servers, and at most f of them lose their data
+  // within Q, so M - f >= 1 counters remain.
+  const bool new_lock = std::ranges::all_of(claims, [&](const Result<Claim>& c) {
+    return c && !c->counter && !m_ops.settled(c->epoch, c->time_us);
+  });
   const auto counts = [&](const Result<Claim>& c) {
     return c && (new_lock || m_ops.settled(c->epoch, c->time_us));
   };

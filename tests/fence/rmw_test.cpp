@@ -162,9 +162,10 @@ struct Step {
 
 class RmwTest : public ::testing::TestWithParam<std::tuple<std::string, bool>> {
  protected:
-  // A fresh token from a real lease that ends at once (the holder is then "paused past its lease").
+  // A fresh token from a real lease that ends at once, released by its command's exit (the holder is then
+  // "paused past its lease"). The TTL leaves room for a slow acquire on a busy machine.
   long long take_token() {
-    auto r = run_fencerun({"-r", redis.url(), "--ttl", "200ms", "--wait", "10s", "rmw", "--", "sh", "-c",
+    auto r = run_fencerun({"-r", redis.url(), "--ttl", "2s", "--wait", "10s", "rmw", "--", "sh", "-c",
                            "echo \"$FENCERUN_TOKEN\""});
     EXPECT_EQ(r.exit_code, 0) << r;
     return std::stoll(r.out);

@@ -2,7 +2,8 @@
 -- (counter = max(counter, token)), and puts it into the lock value, but only where this owner's
 -- lease is present. A server that lost the lease (a restart without its data) gets nothing: a late
 -- write-back of an old acquisition cannot raise a repaired counter to a stale value it never had.
--- For a new lock (ARGV 4 = "1": every server answered round 1 and created its epoch marker there),
+-- For a new lock (ARGV 4 = "1": every server answered round 1, none had a counter or a marker that
+-- counts),
 -- the marker is marked "G": this server has kept NAME's data since the lock was first used.
 -- KEYS: 1 lock, 2 token counter, 3 epoch marker. ARGV: 1 owner, 2 token, 3 the lock value with the
 -- token, 4 "1" for a new lock / "0".
