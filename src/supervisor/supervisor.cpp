@@ -113,12 +113,14 @@ std::expected<pid_t, SpawnError> Supervisor::start(std::vector<std::string> argv
   request.mask = m_signals.original_mask();
   request.tty_fd = m_tty;
   request.own_group = !m_foreground;
+  request.cgroup_fd = m_cgroup ? m_cgroup->dir_fd() : -1;
   request.cgroup_procs_fd = m_cgroup ? m_cgroup->procs_fd() : -1;
   request.watchdog_fd = m_watchdog->fd();
   request.guard = Watchdog::guard_message(0, stop_at, m_policy.points.kill_at(deadline));
   request.exec_before = stop_at;
   request.ignore_sigchld = sigchld_was_ignored();
-  auto pid = spawn(request);
+  SpawnInfo spawned;
+  auto pid = spawn(request, &spawned);
   if (!pid) {
     if (m_tty >= 0) ::tcsetpgrp(m_tty, ::getpgrp());
     m_tty = -1;
@@ -128,7 +130,9 @@ std::expected<pid_t, SpawnError> Supervisor::start(std::vector<std::string> argv
     return pid;
   }
   m_pid = *pid;
-  if (m_cgroup && !m_cgroup->contains(m_pid) && !m_cgroup->populated()) {
+  // Started inside by the kernel, the command is in its cgroup by construction; moved in by itself
+  // (an older kernel), it is checked.
+  if (m_cgroup && !spawned.in_cgroup && !m_cgroup->contains(m_pid) && !m_cgroup->populated()) {
     if (m_foreground) {
       // Sharing fencerun's group, the command could be stopped through nothing else: end it now.
       ::kill(m_pid, SIGKILL);

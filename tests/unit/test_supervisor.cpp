@@ -354,3 +354,9 @@ TEST_F(supervisor, kills_the_whole_job_when_dropped_while_it_runs) {
     ::kill(p, SIGKILL);
   }
 }
+
+TEST(cgroup_setting, turns_the_cgroup_off_for_off_0_false_and_no_in_any_case) {
+  using fencerun::supervisor::cgroup_disabled_by;
+  for (const char* v : {"off", "OFF", "Off", "0", "false", "FALSE", "no", "No"}) EXPECT_TRUE(cgroup_disabled_by(v)) << v;
+  for (const char* v : {"", "on", "1", "true", "yes", "auto", "offf", "o"}) EXPECT_FALSE(cgroup_disabled_by(v)) << v;
+}
