@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/prctl.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
@@ -161,7 +163,20 @@ void Supervisor::stop_with_the_job() {
   // While fencerun is stopped nothing renews the lease: the watchdog still stops the job at the stop
   // point, so a job stopped for longer than its lease is ended (exit 124) rather than resumed.
   log::event(log::Level::info, "suspended", "the job was stopped (job control); stopping with it", m_context);
-  ::raise(SIGSTOP);
+  // Stopped by SIGTSTP, as the terminal's Ctrl-Z stops any other process, so the shell reports 148 (as
+  // for flock(1)), not SIGSTOP's 147: raised while blocked, then let through for this thread only.
+  struct sigaction current {};
+  ::sigaction(SIGTSTP, nullptr, &current);
+  if (current.sa_handler == SIG_DFL) {
+    sigset_t tstp;
+    sigemptyset(&tstp);
+    sigaddset(&tstp, SIGTSTP);
+    ::raise(SIGTSTP);
+    ::pthread_sigmask(SIG_UNBLOCK, &tstp, nullptr);  // delivered here: fencerun stops until SIGCONT
+    ::pthread_sigmask(SIG_BLOCK, &tstp, nullptr);
+  } else {
+    ::raise(SIGSTOP);
+  }
   log::event(log::Level::info, "resumed", "continued", m_context);
 }
 
