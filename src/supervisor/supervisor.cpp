@@ -239,6 +239,8 @@ Outcome Supervisor::supervise(const LeaseWatch& lease) {
   if (!timer) throw SystemError("timerfd_create");
 
   enum class State { running, stopping, killed } state = State::running;
+  int wake_fd = lease.wake_fd;
+  bool keeping = !lease.start_keeping;
   Deadline kill_at{};
 
   auto begin_stop = [&](Deadline now, bool for_lease, const char* why) {
@@ -274,6 +276,14 @@ Outcome Supervisor::supervise(const LeaseWatch& lease) {
       break;
     }
     Deadline next = now + std::chrono::hours(24);
+    if (!keeping) {
+      if (now >= lease.keep_by) {
+        keeping = true;
+        wake_fd = lease.start_keeping();
+      } else {
+        next = lease.keep_by;
+      }
+    }
     if (state == State::running) {
       Deadline stop_at = m_policy.points.stop_at(lease.deadline());
       if (lease.lost()) {
@@ -283,7 +293,7 @@ Outcome Supervisor::supervise(const LeaseWatch& lease) {
       } else if (m_exited) {
         begin_stop(now, false, "the command exited: stopping processes left in its group");
       } else {
-        next = stop_at;
+        next = std::min(next, stop_at);
       }
     }
     if (state == State::stopping) {
@@ -301,11 +311,11 @@ Outcome Supervisor::supervise(const LeaseWatch& lease) {
     if (m_exited) next = std::min(next, now + std::chrono::milliseconds(10));
     arm(timer.get(), next);
 
-    pollfd fds[3] = {{m_signals.fd(), POLLIN, 0}, {timer.get(), POLLIN, 0}, {lease.wake_fd, POLLIN, 0}};
-    int n = ::poll(fds, lease.wake_fd >= 0 ? 3 : 2, -1);
+    pollfd fds[3] = {{m_signals.fd(), POLLIN, 0}, {timer.get(), POLLIN, 0}, {wake_fd, POLLIN, 0}};
+    int n = ::poll(fds, wake_fd >= 0 ? 3 : 2, -1);
     if (n < 0 && errno != EINTR) throw SystemError("poll");
     if (fds[1].revents) drain(timer.get());
-    if (lease.wake_fd >= 0 && fds[2].revents) drain(lease.wake_fd);
+    if (wake_fd >= 0 && fds[2].revents) drain(wake_fd);
     while (auto received = m_signals.read_one_received()) {
       const int sig = received->signo;
       if (!is_forwarded(sig)) continue;  // SIGCHLD: reaped at the top of the loop
