@@ -50,6 +50,7 @@ install_missing
 
 work="$(mktemp -d /tmp/fencerun-floor.XXXXXX)"
 chmod 1777 "$work"  # nobody writes its results here too
+# shellcheck disable=SC2034  # etcd_data_note and peer_port are start_etcd's (bench/lib.sh)
 redis_pid="" etcd_pid="" etcd_data="" etcd_data_note=""
 cleanup() {
   for p in $redis_pid $etcd_pid; do
@@ -63,8 +64,10 @@ trap cleanup EXIT
 
 redis_port="$(free_port)"
 etcd_port="$(free_port)"
+# shellcheck disable=SC2034  # used by start_etcd
 peer_port="$(free_port)"
 endpoint="http://127.0.0.1:$etcd_port"
+# shellcheck disable=SC2119
 start_redis
 start_etcd floor
 export ETCDCTL_API=3
@@ -99,7 +102,7 @@ for user in $users; do
       [[ "$spacing" == spaced ]] && opts+=(--prepare "sleep 0.1")
       env=(env)
       [[ "$containment" == off ]] && env+=(FENCERUN_CGROUP=off) || env+=(-u FENCERUN_CGROUP)
-      echo "$(load1)" >"$work/load-$tag"
+      load1 >"$work/load-$tag"
       say "per run: $tag"
       as "$user" "${env[@]}" hyperfine "${opts[@]}" "${cmds[@]}" >/dev/null 2>"$work/hyperfine-$tag.log" ||
         die "hyperfine failed ($tag): $(tail -5 "$work/hyperfine-$tag.log")"
@@ -119,7 +122,7 @@ for user in $users; do
     mkdir -p "$work/ho-$tag" && chmod 777 "$work/ho-$tag"
     env=(env)
     [[ "$containment" == off ]] && env+=(FENCERUN_CGROUP=off) || env+=(-u FENCERUN_CGROUP)
-    echo "$(load1)" >"$work/load-ho-$tag"
+    load1 >"$work/load-ho-$tag"
     say "hand-over: $tag"
     as "$user" "${env[@]}" python3 "$repo/bench/handover.py" latency --fencerun "$work/fencerun" \
       ${baseline:+--baseline "$work/fencerun-base"} --redis-port "$redis_port" --etcd-endpoint "$endpoint" \
