@@ -2,7 +2,9 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -59,7 +61,7 @@ std::string_view field(std::string_view line, int index) {
 }
 
 // Mount point of the cgroup v2 hierarchy ("" when there is none), from /proc/self/mountinfo.
-std::string cgroup2_mount() {
+std::string cgroup2_mount_from_mountinfo() {
   const std::string text = slurp("/proc/self/mountinfo");
   std::string mount;
   for_each_line(text, [&](std::string_view line) {
@@ -73,6 +75,22 @@ std::string cgroup2_mount() {
     return true;
   });
   return mount;
+}
+
+// Mount point of the cgroup v2 hierarchy where fencerun's own cgroup `own` is. The usual places are
+// tried first (a statfs each): the kernel writes out every mount to produce /proc/self/mountinfo,
+// about 0.1 ms, on every run. A usual place counts only if `own` is there below it, as it is when the
+// hierarchy's root is mounted there (a bind mount of a sub-tree, where paths do not line up, has no
+// such directory and is then rejected by the full check).
+std::string cgroup2_mount(const std::string& own) {
+  for (const char* place : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}) {
+    struct statfs fs {};
+    if (::statfs(place, &fs) != 0 || fs.f_type != CGROUP2_SUPER_MAGIC) continue;
+    struct stat st {};
+    if (::stat((std::string(place) + own + "/cgroup.procs").c_str(), &st) == 0) return place;
+    break;
+  }
+  return cgroup2_mount_from_mountinfo();
 }
 
 // The cgroup v2 path ("0::/PATH") in the text of a /proc/PID/cgroup file.
@@ -131,8 +149,8 @@ std::optional<JobCgroup> JobCgroup::create(std::string& why_not) {
     why_not = std::string("FENCERUN_CGROUP=") + mode;
     return std::nullopt;
   }
-  std::string mount = cgroup2_mount();
   auto own = own_cgroup();
+  std::string mount = own ? cgroup2_mount(*own) : std::string();
   if (mount.empty() || !own) {
     why_not = "no cgroup v2 hierarchy";
     return std::nullopt;
