@@ -9,7 +9,8 @@
 
 Common options say where the servers are (--redis-port, --redis-pid, --etcd-endpoint) and which
 binaries to run (--fencerun, --lock-script). Every measuring subcommand prints one JSON document.
-Tools: fencerun, fencerun-fair, etcd (etcdctl lock), poll (redis-lock.sh, retries every 100 ms), flock.
+Tools: fencerun, fencerun-fair, fencerun-base (--baseline), etcd (etcdctl lock), poll (redis-lock.sh,
+retries every 100 ms), flock. FENCERUN_CGROUP in the environment is passed on to fencerun.
 """
 import argparse
 import json
@@ -26,6 +27,7 @@ import time
 TOOL_LABELS = {
     "fencerun": "fencerun",
     "fencerun-fair": "fencerun --fair",
+    "fencerun-base": "fencerun (baseline build)",
     "etcd": "etcdctl lock",
     "poll": "redis-cli script (100 ms polling)",
     "flock": "flock(1)",
@@ -35,8 +37,8 @@ TOOL_LABELS = {
 def tool_argv(a, tool, name, command, wait=True):
     """argv that runs `command` under lock `name` with `tool`, waiting for it when `wait`."""
     url = f"redis://127.0.0.1:{a.redis_port}"
-    if tool in ("fencerun", "fencerun-fair"):
-        argv = [a.fencerun, "-r", url]
+    if tool in ("fencerun", "fencerun-fair", "fencerun-base"):
+        argv = [a.baseline if tool == "fencerun-base" else a.fencerun, "-r", url]
         if wait:
             argv += ["--wait", "inf"]
         if tool == "fencerun-fair":
@@ -694,6 +696,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("what", choices=["latency", "throughput", "stop", "rss", "report"])
     p.add_argument("--fencerun")
+    p.add_argument("--baseline", help="another fencerun binary, the tool fencerun-base")
     p.add_argument("--lock-script")
     p.add_argument("--redis-port", type=int)
     p.add_argument("--redis-pid", type=int)

@@ -149,9 +149,15 @@ Exit run_under(const config::Config& c, supervisor::SignalChannel& signals, leas
   log::event(log::Level::debug, "started", "started the command", context,
              {{"pid", std::to_string(*pid)}, {"containment", sup.containment()}});
 
-  held.keep([&sup](Deadline renewed) { sup.lease_renewed(renewed); });
-  supervisor::LeaseWatch watch{[&held] { return held.deadline(); }, [&held] { return held.lost(); },
-                               held.wake_fd()};
+  // The renewal thread starts once the job has run 20 ms, and no later than the first renewal is due
+  // (the acquire was sent at deadline - ttl + drift): a short job is over before and never pays for it.
+  const auto& t = c.run.timing;
+  supervisor::LeaseWatch watch{[&held] { return held.deadline(); }, [&held] { return held.lost(); }, -1,
+                               [&held, &sup] {
+                                 held.keep([&sup](Deadline renewed) { sup.lease_renewed(renewed); });
+                                 return held.wake_fd();
+                               },
+                               std::min(BootClock::now() + milliseconds(20), deadline - t.ttl + t.drift + t.renew)};
   auto outcome = sup.supervise(watch);
   held.stop_keeping();
   log_stop_margin(outcome, held.deadline(), context);

@@ -2,9 +2,12 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -58,7 +61,7 @@ std::string_view field(std::string_view line, int index) {
 }
 
 // Mount point of the cgroup v2 hierarchy ("" when there is none), from /proc/self/mountinfo.
-std::string cgroup2_mount() {
+std::string cgroup2_mount_from_mountinfo() {
   const std::string text = slurp("/proc/self/mountinfo");
   std::string mount;
   for_each_line(text, [&](std::string_view line) {
@@ -72,6 +75,22 @@ std::string cgroup2_mount() {
     return true;
   });
   return mount;
+}
+
+// Mount point of the cgroup v2 hierarchy where fencerun's own cgroup `own` is. The usual places are
+// tried first (a statfs each): the kernel writes out every mount to produce /proc/self/mountinfo,
+// about 0.1 ms, on every run. A usual place counts only if `own` is there below it, as it is when the
+// hierarchy's root is mounted there (a bind mount of a sub-tree, where paths do not line up, has no
+// such directory and is then rejected by the full check).
+std::string cgroup2_mount(const std::string& own) {
+  for (const char* place : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}) {
+    struct statfs fs {};
+    if (::statfs(place, &fs) != 0 || fs.f_type != CGROUP2_SUPER_MAGIC) continue;
+    struct stat st {};
+    if (::stat((std::string(place) + own + "/cgroup.procs").c_str(), &st) == 0) return place;
+    break;
+  }
+  return cgroup2_mount_from_mountinfo();
 }
 
 // The cgroup v2 path ("0::/PATH") in the text of a /proc/PID/cgroup file.
@@ -89,6 +108,15 @@ std::optional<std::string> v2_path(std::string_view text) {
 std::optional<std::string> own_cgroup() { return v2_path(slurp("/proc/self/cgroup")); }
 
 }  // namespace
+
+bool cgroup_disabled_by(std::string_view value) {
+  for (std::string_view off : {"off", "0", "false", "no"}) {
+    if (value.size() == off.size() &&
+        std::equal(value.begin(), value.end(), off.begin(), [](char a, char b) { return (a | 0x20) == b; }))
+      return true;
+  }
+  return false;
+}
 
 void signal_cgroup_members(int procs_fd, int signo) {
   // Only raw system calls (the watchdog calls it too, sys.hpp): no allocation, a fixed buffer read in
@@ -117,12 +145,12 @@ void signal_cgroup_members(int procs_fd, int signo) {
 }
 
 std::optional<JobCgroup> JobCgroup::create(std::string& why_not) {
-  if (const char* mode = std::getenv("FENCERUN_CGROUP"); mode && std::string_view(mode) == "off") {
-    why_not = "FENCERUN_CGROUP=off";
+  if (const char* mode = std::getenv("FENCERUN_CGROUP"); mode && cgroup_disabled_by(mode)) {
+    why_not = std::string("FENCERUN_CGROUP=") + mode;
     return std::nullopt;
   }
-  std::string mount = cgroup2_mount();
   auto own = own_cgroup();
+  std::string mount = own ? cgroup2_mount(*own) : std::string();
   if (mount.empty() || !own) {
     why_not = "no cgroup v2 hierarchy";
     return std::nullopt;
@@ -135,11 +163,12 @@ std::optional<JobCgroup> JobCgroup::create(std::string& why_not) {
     why_not = "cannot create a cgroup in " + mount + *own + ": " + std::strerror(errno);
     return std::nullopt;
   }
+  cg.m_dir.reset(::open(cg.m_path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   cg.m_procs.reset(::open((cg.m_path + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
   cg.m_kill.reset(::open((cg.m_path + "/cgroup.kill").c_str(), O_WRONLY | O_CLOEXEC));
   cg.m_events.reset(::open((cg.m_path + "/cgroup.events").c_str(), O_RDONLY | O_CLOEXEC));
   cg.m_procs_read.reset(::open((cg.m_path + "/cgroup.procs").c_str(), O_RDONLY | O_CLOEXEC));
-  if (!cg.m_procs || !cg.m_kill || !cg.m_events || !cg.m_procs_read) {
+  if (!cg.m_dir || !cg.m_procs || !cg.m_kill || !cg.m_events || !cg.m_procs_read) {
     why_not = std::string(cg.m_kill ? "cannot open the new cgroup's files" : "no cgroup.kill (Linux 5.14 or later)");
     return std::nullopt;  // the destructor removes the directory
   }
@@ -149,6 +178,7 @@ std::optional<JobCgroup> JobCgroup::create(std::string& why_not) {
 JobCgroup::JobCgroup(JobCgroup&& other) noexcept
     : m_path(std::exchange(other.m_path, {})),
       m_relative(std::exchange(other.m_relative, {})),
+      m_dir(std::move(other.m_dir)),
       m_procs(std::move(other.m_procs)),
       m_kill(std::move(other.m_kill)),
       m_events(std::move(other.m_events)),
@@ -161,6 +191,7 @@ JobCgroup::~JobCgroup() {
     // Members killed by cgroup.kill leave it within microseconds; rmdir below fails harmlessly otherwise.
     for (int i = 0; i < 200 && populated(); ++i) ::usleep(1000);
   }
+  m_dir.reset();
   m_procs.reset();
   m_kill.reset();
   m_events.reset();

@@ -7,10 +7,14 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "util/fd.hpp"
 
 namespace fencerun::supervisor {
+
+// Whether a FENCERUN_CGROUP value turns the job's cgroup off: off, 0, false or no, in any case.
+bool cgroup_disabled_by(std::string_view value);
 
 // `signo` to every pid listed in the open cgroup.procs file `procs_fd`. Async-signal-safe.
 void signal_cgroup_members(int procs_fd, int signo);
@@ -26,7 +30,10 @@ class JobCgroup {
   ~JobCgroup();
 
   const std::string& path() const { return m_path; }
-  // Open for writing: "0" written to procs_fd() moves the writer in (the child does it before exec).
+  // The cgroup's directory (O_PATH), for clone3(CLONE_INTO_CGROUP): the command starts inside.
+  int dir_fd() const { return m_dir.get(); }
+  // Open for writing: "0" written to procs_fd() moves the writer in (the child does it before exec
+  // where the kernel cannot start it inside).
   int procs_fd() const { return m_procs.get(); }
   int kill_fd() const { return m_kill.get(); }
   // True while any process is in the cgroup (cgroup.events "populated 1").
@@ -44,7 +51,7 @@ class JobCgroup {
   JobCgroup() = default;
   std::string m_path;      // absolute path in the mounted hierarchy
   std::string m_relative;  // as /proc/PID/cgroup shows it
-  UniqueFd m_procs, m_kill, m_events, m_procs_read;
+  UniqueFd m_dir, m_procs, m_kill, m_events, m_procs_read;
 };
 
 }  // namespace fencerun::supervisor

@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/prctl.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
@@ -113,12 +115,14 @@ std::expected<pid_t, SpawnError> Supervisor::start(std::vector<std::string> argv
   request.mask = m_signals.original_mask();
   request.tty_fd = m_tty;
   request.own_group = !m_foreground;
+  request.cgroup_fd = m_cgroup ? m_cgroup->dir_fd() : -1;
   request.cgroup_procs_fd = m_cgroup ? m_cgroup->procs_fd() : -1;
   request.watchdog_fd = m_watchdog->fd();
   request.guard = Watchdog::guard_message(0, stop_at, m_policy.points.kill_at(deadline));
   request.exec_before = stop_at;
   request.ignore_sigchld = sigchld_was_ignored();
-  auto pid = spawn(request);
+  SpawnInfo spawned;
+  auto pid = spawn(request, &spawned);
   if (!pid) {
     if (m_tty >= 0) ::tcsetpgrp(m_tty, ::getpgrp());
     m_tty = -1;
@@ -128,7 +132,9 @@ std::expected<pid_t, SpawnError> Supervisor::start(std::vector<std::string> argv
     return pid;
   }
   m_pid = *pid;
-  if (m_cgroup && !m_cgroup->contains(m_pid) && !m_cgroup->populated()) {
+  // Started inside by the kernel, the command is in its cgroup by construction; moved in by itself
+  // (an older kernel), it is checked.
+  if (m_cgroup && !spawned.in_cgroup && !m_cgroup->contains(m_pid) && !m_cgroup->populated()) {
     if (m_foreground) {
       // Sharing fencerun's group, the command could be stopped through nothing else: end it now.
       ::kill(m_pid, SIGKILL);
@@ -157,7 +163,20 @@ void Supervisor::stop_with_the_job() {
   // While fencerun is stopped nothing renews the lease: the watchdog still stops the job at the stop
   // point, so a job stopped for longer than its lease is ended (exit 124) rather than resumed.
   log::event(log::Level::info, "suspended", "the job was stopped (job control); stopping with it", m_context);
-  ::raise(SIGSTOP);
+  // Stopped by SIGTSTP, as the terminal's Ctrl-Z stops any other process, so the shell reports 148 (as
+  // for flock(1)), not SIGSTOP's 147: raised while blocked, then let through for this thread only.
+  struct sigaction current {};
+  ::sigaction(SIGTSTP, nullptr, &current);
+  if (current.sa_handler == SIG_DFL) {
+    sigset_t tstp;
+    sigemptyset(&tstp);
+    sigaddset(&tstp, SIGTSTP);
+    ::raise(SIGTSTP);
+    ::pthread_sigmask(SIG_UNBLOCK, &tstp, nullptr);  // delivered here: fencerun stops until SIGCONT
+    ::pthread_sigmask(SIG_BLOCK, &tstp, nullptr);
+  } else {
+    ::raise(SIGSTOP);
+  }
   log::event(log::Level::info, "resumed", "continued", m_context);
 }
 
@@ -220,6 +239,8 @@ Outcome Supervisor::supervise(const LeaseWatch& lease) {
   if (!timer) throw SystemError("timerfd_create");
 
   enum class State { running, stopping, killed } state = State::running;
+  int wake_fd = lease.wake_fd;
+  bool keeping = !lease.start_keeping;
   Deadline kill_at{};
 
   auto begin_stop = [&](Deadline now, bool for_lease, const char* why) {
@@ -255,6 +276,14 @@ Outcome Supervisor::supervise(const LeaseWatch& lease) {
       break;
     }
     Deadline next = now + std::chrono::hours(24);
+    if (!keeping) {
+      if (now >= lease.keep_by) {
+        keeping = true;
+        wake_fd = lease.start_keeping();
+      } else {
+        next = lease.keep_by;
+      }
+    }
     if (state == State::running) {
       Deadline stop_at = m_policy.points.stop_at(lease.deadline());
       if (lease.lost()) {
@@ -264,7 +293,7 @@ Outcome Supervisor::supervise(const LeaseWatch& lease) {
       } else if (m_exited) {
         begin_stop(now, false, "the command exited: stopping processes left in its group");
       } else {
-        next = stop_at;
+        next = std::min(next, stop_at);
       }
     }
     if (state == State::stopping) {
@@ -282,11 +311,11 @@ Outcome Supervisor::supervise(const LeaseWatch& lease) {
     if (m_exited) next = std::min(next, now + std::chrono::milliseconds(10));
     arm(timer.get(), next);
 
-    pollfd fds[3] = {{m_signals.fd(), POLLIN, 0}, {timer.get(), POLLIN, 0}, {lease.wake_fd, POLLIN, 0}};
-    int n = ::poll(fds, lease.wake_fd >= 0 ? 3 : 2, -1);
+    pollfd fds[3] = {{m_signals.fd(), POLLIN, 0}, {timer.get(), POLLIN, 0}, {wake_fd, POLLIN, 0}};
+    int n = ::poll(fds, wake_fd >= 0 ? 3 : 2, -1);
     if (n < 0 && errno != EINTR) throw SystemError("poll");
     if (fds[1].revents) drain(timer.get());
-    if (lease.wake_fd >= 0 && fds[2].revents) drain(lease.wake_fd);
+    if (wake_fd >= 0 && fds[2].revents) drain(wake_fd);
     while (auto received = m_signals.read_one_received()) {
       const int sig = received->signo;
       if (!is_forwarded(sig)) continue;  // SIGCHLD: reaped at the top of the loop

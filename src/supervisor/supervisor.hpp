@@ -32,6 +32,11 @@ struct LeaseWatch {
   std::function<Deadline()> deadline;  // current lease deadline (renewals move it later)
   std::function<bool()> lost;          // true: stop at once
   int wake_fd = -1;                    // readable when lost() may have changed
+  // When set: starts the renewals and returns the new wake_fd; called at keep_by if the job still
+  // runs then. A job that is over by then (a short run) never pays for the renewal thread. keep_by
+  // must not be later than the first renewal is due.
+  std::function<int()> start_keeping;
+  Deadline keep_by{};
 };
 
 // How the job is stopped: `kill_signal` at points.stop_at(deadline), SIGKILL at points.kill_at(deadline)

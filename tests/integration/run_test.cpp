@@ -266,6 +266,41 @@ TEST_F(RunTest, NotExecutableGives126AndReleases) {
   EXPECT_FALSE(redis().exists(lock_key("nx"))) << "lock key left behind";
 }
 
+// As execvp(3), env(1), timeout(1) and flock(1): an executable without "#!" runs with /bin/sh.
+TEST_F(RunTest, ScriptWithoutShebangRunsWithBinSh) {
+  write_file(file("noshebang"), "echo \"ran with $FENCERUN_LOCK $1\"\n", 0755);
+  auto r = run({"-r", redis().url(), "nosb", "--", file("noshebang").string(), "arg"});
+  EXPECT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(r.out, "ran with nosb arg\n") << r;
+  EXPECT_FALSE(redis().exists(lock_key("nosb")));
+}
+
+TEST_F(RunTest, DirectoryGives126IsADirectory) {
+  auto r = run({"-r", redis().url(), "dir", "--", dir().path().string()});
+  EXPECT_EQ(r.exit_code, 126) << r;
+  EXPECT_NE(r.err.find("Is a directory"), std::string::npos) << r;
+  EXPECT_FALSE(redis().exists(lock_key("dir")));
+}
+
+TEST_F(RunTest, MissingInterpreterGives127NamingTheShebangLine) {
+  write_file(file("badinterp"), "#!/nonexistent/bin/interp\necho should-not-run\n", 0755);
+  auto r = run({"-r", redis().url(), "bi", "--", file("badinterp").string()});
+  EXPECT_EQ(r.exit_code, 127) << r;
+  EXPECT_NE(r.err.find("bad interpreter \"#!/nonexistent/bin/interp\""), std::string::npos) << r;
+  EXPECT_EQ(r.out, "");
+  EXPECT_FALSE(redis().exists(lock_key("bi")));
+}
+
+// FENCERUN_CGROUP: off, 0, false and no in any case turn the job's cgroup off.
+TEST_F(RunTest, CgroupSettingIsReadCaseInsensitively) {
+  for (const char* value : {"off", "OFF", "0", "false", "No"}) {
+    auto r = run(sh_args("cgset", "true", {"-vv"}), {{"FENCERUN_CGROUP", value}});
+    EXPECT_EQ(r.exit_code, 0) << r;
+    EXPECT_EQ(r.err.find("containment: cgroup"), std::string::npos) << value << "\n" << r;
+    EXPECT_NE(r.err.find(std::string("FENCERUN_CGROUP=") + value), std::string::npos) << value << "\n" << r;
+  }
+}
+
 TEST_F(RunTest, TokensNeverGoBackwardsWhenCounterIsLost) {
   auto a = run(sh_args("durable", "echo $FENCERUN_TOKEN"));
   ASSERT_EQ(a.exit_code, 0) << a;

@@ -49,12 +49,14 @@ TEST_F(SafetyTest, LateAcquireReplyNeverStartsTheCommand) {
 }
 
 // 2. An internal error after the command started (the renewal thread cannot be created) kills the job
-// first and releases the lock.
+// first and releases the lock. (strace counts calls per process, and only fencerun's own process
+// calls clone3: sh forks with clone.)
 TEST_F(SafetyTest, InternalErrorAfterStartKillsTheJobAndReleases) {
   if (::access("/usr/bin/strace", X_OK) != 0) GTEST_SKIP() << "strace is not installed";
   // clone3 is what pthread_create uses (fork uses clone): fail it after 500ms, by which time the
   // command has started a background grandchild.
-  auto r = run_program(under_strace({"-f", "-e", "trace=clone3", "-e", "inject=clone3:error=EAGAIN:delay_enter=500000"},
+  // The command itself is started with fencerun's first clone3 (when=1): only the later ones fail.
+  auto r = run_program(under_strace({"-f", "-e", "trace=clone3", "-e", "inject=clone3:error=EAGAIN:delay_enter=500000:when=2+"},
                                     "internal", kHoldWithGrandchild),
                        spawn_options(), 30s);
   EXPECT_EQ(r.exit_code, 70) << r;
@@ -237,6 +239,91 @@ TEST_F(SafetyTest, KilledFencerunLeavesNoCgroupBehind) {
   EXPECT_TRUE(wait_dead(gpid, 3s));
   EXPECT_TRUE(wait_until([&] { return job_cgroups_of(p->pid()) == 0; }, 5s))
       << "the job's cgroup outlived a SIGKILLed fencerun";
+}
+
+// The job's cgroup as the command sees it ("0::/PATH" in /proc/self/cgroup), and as fencerun logs it.
+std::string cgroup_seen(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);)
+    if (line.starts_with("0::")) return line.substr(3);
+  return {};
+}
+
+// 5b. The command starts inside its cgroup (clone3 with CLONE_INTO_CGROUP) and, where the kernel has no
+// clone3 (ENOSYS) or no CLONE_INTO_CGROUP (EINVAL, E2BIG), moves itself in before exec: either way it
+// is in the job's cgroup from before its first instruction, and so is everything it starts.
+TEST_F(SafetyTest, CommandStartsInItsCgroupWithOrWithoutClone3) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs a writable cgroup v2 hierarchy (root)";
+  if (::access("/usr/bin/strace", X_OK) != 0) GTEST_SKIP() << "strace is not installed";
+  for (const char* fault : {"", "ENOSYS", "EINVAL", "E2BIG"}) {
+    SCOPED_TRACE(std::string("clone3 refused with ") + (*fault ? fault : "nothing"));
+    std::filesystem::remove(file("cg"));
+    std::filesystem::remove(file("gcg"));
+    const std::string script = "cat /proc/self/cgroup > cg; sh -c 'cat /proc/self/cgroup > gcg'";
+    std::vector<std::string> args = {"strace", "-qq", "-o", "/dev/null", "-e", "trace=clone3,vfork,write"};
+    if (*fault) args.insert(args.end(), {"-e", std::string("inject=clone3:error=") + fault + ":when=1"});
+    args.push_back(fencerun_binary());
+    for (auto& a : sh_args("inside", script, {"-vv"})) args.push_back(a);
+    auto r = run_program(args, spawn_options(), 30s);
+    ASSERT_EQ(r.exit_code, 0) << r;
+    auto at = r.err.find("containment: cgroup /");
+    if (at == std::string::npos) GTEST_SKIP() << "no cgroup could be made here: " << r.err;
+    std::string logged = r.err.substr(at + 19, r.err.find(']', at) - at - 19);
+    std::string seen = cgroup_seen(file("cg"));
+    ASSERT_FALSE(seen.empty()) << r;
+    EXPECT_TRUE(logged.ends_with(seen)) << "the command ran in " << seen << ", not in the job's " << logged;
+    EXPECT_EQ(cgroup_seen(file("gcg")), seen) << "a child of the command was not in the job's cgroup";
+  }
+}
+
+// 5c. fencerun's own failure to start the command (out of processes, memory or descriptors) is not the
+// command's: exit 70, nothing run, the lock released at once, whichever way the command is started.
+TEST_F(SafetyTest, FailureToStartTheCommandExits70AndReleases) {
+  if (::access("/usr/bin/strace", X_OK) != 0) GTEST_SKIP() << "strace is not installed";
+  const std::vector<std::vector<std::string>> faults = {
+      {"-e", "trace=clone3", "-e", "inject=clone3:error=EAGAIN:when=1"},
+      {"-e", "trace=clone3", "-e", "inject=clone3:error=ENOMEM:when=1"},
+      {"-e", "trace=clone3,vfork", "-e", "inject=clone3:error=ENOSYS:when=1", "-e", "inject=vfork:error=EAGAIN"},
+  };
+  for (const auto& fault : faults) {
+    SCOPED_TRACE(fault.back());
+    auto r = run_program(under_strace(fault, "nofork", "echo ran > ran"), spawn_options(), 30s);
+    EXPECT_EQ(r.exit_code, 70) << r;
+    EXPECT_NE(r.err.find("the command was not run"), std::string::npos) << r;
+    EXPECT_FALSE(std::filesystem::exists(file("ran"))) << "the command ran";
+    EXPECT_FALSE(redis().exists(lock_key("nofork"))) << "the lock was left held";
+    EXPECT_LT(r.elapsed, 5s) << r;
+  }
+}
+
+// The same with a real limit: a pids cgroup (v1 or v2) that lets fencerun start its watchdog but
+// not the command.
+TEST_F(SafetyTest, PidsLimitThatLeavesNoRoomForTheCommandExits70) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to make a pids cgroup";
+  std::filesystem::path pids;
+  for (const char* root : {"/sys/fs/cgroup/pids", "/sys/fs/cgroup/unified", "/sys/fs/cgroup"}) {
+    std::error_code ec;
+    if (std::filesystem::exists(std::string(root) + "/cgroup.procs", ec) &&
+        (std::string(root).ends_with("pids") ||
+         read_file(std::string(root) + "/cgroup.subtree_control").value_or("").find("pids") != std::string::npos)) {
+      pids = std::filesystem::path(root) / ("fencerun-test-pids-" + std::to_string(::getpid()));
+      break;
+    }
+  }
+  if (pids.empty() || ::mkdir(pids.c_str(), 0755) != 0) GTEST_SKIP() << "no pids controller to limit with here";
+  struct Remove {
+    std::filesystem::path p;
+    ~Remove() { ::rmdir(p.c_str()); }
+  } remove{pids};
+  // fencerun (the shell execs it) and its watchdog: 2. The command would be the third.
+  std::ofstream(pids / "pids.max") << "2\n";
+  const std::string inner = "echo $$ > " + (pids / "cgroup.procs").string() + " && exec " + shell_quote(fencerun_binary()) +
+                            " -r " + redis().url() + " pidsmax -- sh -c 'echo ran > ran'";
+  auto r = run_program({"sh", "-c", inner}, spawn_options(), 30s);
+  EXPECT_EQ(r.exit_code, 70) << r;
+  EXPECT_FALSE(std::filesystem::exists(file("ran"))) << "the command ran";
+  EXPECT_FALSE(redis().exists(lock_key("pidsmax"))) << "the lock was left held";
+  wait_until([&] { return read_file(pids / "cgroup.procs").value_or("").empty(); }, 3s);
 }
 
 TEST_F(SafetyTest, CommandThatLeavesItsGroupIsStoppedThroughItsPid) {

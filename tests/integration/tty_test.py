@@ -232,6 +232,10 @@ def suspended_job(env, ttl, name, before=""):
 
 def ctrl_z_stops_the_job_and_fg_resumes_it(redis, env):
     term = suspended_job(env, "3s", "ttyz")
+    # Stopped by TSTP, as flock(1) or any other process at Ctrl-Z: 128 + 20.
+    term.send(b"echo st=$?\n")
+    if not term.expect(r"st=148", 5):
+        fail(term, "the stopped job's status is not 148 (128 + SIGTSTP)")
     term.send(b"fg\n")
     time.sleep(1)
     if redis.cli("EXISTS", "fencerun:{ttyz}:lock") != "1":

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "supervisor/cgroup.hpp"
 #include "supervisor/spawn.hpp"
 #include "subreaper.hpp"
 
@@ -151,7 +152,15 @@ TEST(resolve_executable, reports_126_for_a_directory) {
   auto r = resolve_executable("tool", (t.path() / "a").string());
   ASSERT_FALSE(r.has_value());
   EXPECT_EQ(r.error().exit_code, 126);
-  EXPECT_EQ(r.error().message, "tool: Permission denied");
+  EXPECT_EQ(r.error().message, "tool: Is a directory");
+}
+
+TEST(resolve_executable, reports_126_for_a_directory_given_by_path) {
+  TempDir t;
+  auto r = resolve_executable(t.path().string(), "/bin");
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().exit_code, 126);
+  EXPECT_EQ(r.error().message, t.path().string() + ": Is a directory");
 }
 
 TEST(resolve_executable, reports_127_for_a_command_not_found) {
@@ -321,4 +330,51 @@ TEST(spawn, kills_the_command_when_its_parent_dies) {
   ASSERT_TRUE(end.has_value()) << "the command outlived its parent";
   ASSERT_TRUE(WIFSIGNALED(*end));
   EXPECT_EQ(WTERMSIG(*end), SIGKILL);
+}
+
+// An executable without "#!" that is no binary runs with /bin/sh, as execvp(3), env(1), timeout(1)
+// and flock(1) run it, with its arguments.
+TEST(spawn, runs_a_script_without_a_shebang_with_bin_sh) {
+  fencerun::test::Subreaper reaper;
+  TempDir t;
+  const fs::path out = t.path() / "out";
+  write_file(t.path() / "noshebang", "echo \"ran $0 $1 $2\" > '" + out.string() + "'\n", k_exec);
+  SpawnRequest request = sleeper();
+  request.argv = {(t.path() / "noshebang").string(), "a", "b c"};
+  auto pid = spawn(request);
+  ASSERT_TRUE(pid.has_value()) << pid.error().message;
+  int status = 0;
+  ASSERT_EQ(::waitpid(*pid, &status, 0), *pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(read_file(out), "ran " + (t.path() / "noshebang").string() + " a b c\n");
+}
+
+// A script whose interpreter is missing: the error names its "#!" line, not the script alone.
+TEST(spawn, names_the_missing_interpreter_of_a_script) {
+  TempDir t;
+  write_file(t.path() / "bad", "#!/nonexistent/interpreter -x\necho hi\n", k_exec);
+  SpawnRequest request = sleeper();
+  request.argv = {(t.path() / "bad").string()};
+  auto pid = spawn(request);
+  ASSERT_FALSE(pid.has_value());
+  EXPECT_EQ(pid.error().exit_code, 127);
+  EXPECT_EQ(pid.error().message,
+            (t.path() / "bad").string() + ": bad interpreter \"#!/nonexistent/interpreter -x\": No such file or directory");
+}
+
+// The job's cgroup: started inside it by clone3(CLONE_INTO_CGROUP) when a cgroup directory is given.
+TEST(spawn, starts_the_command_inside_the_given_cgroup) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs a writable cgroup v2 hierarchy (root)";
+  std::string why;
+  auto cg = fencerun::supervisor::JobCgroup::create(why);
+  if (!cg) GTEST_SKIP() << why;
+  SpawnRequest request = sleeper();
+  request.cgroup_fd = cg->dir_fd();
+  request.cgroup_procs_fd = cg->procs_fd();
+  fencerun::supervisor::SpawnInfo info;
+  auto pid = spawn(request, &info);
+  ASSERT_TRUE(pid.has_value()) << pid.error().message;
+  EXPECT_TRUE(cg->contains(*pid));
+  kill_and_reap(*pid);
 }

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -70,7 +71,7 @@ class FakeLease {
     [[maybe_unused]] auto n = ::write(m_wake.get(), &one, sizeof one);
   }
   LeaseWatch watch() {
-    return LeaseWatch{[this] { return deadline(); }, [this] { return m_lost.load(); }, m_wake.get()};
+    return LeaseWatch{[this] { return deadline(); }, [this] { return m_lost.load(); }, m_wake.get(), {}, {}};
   }
 
  private:
@@ -353,4 +354,65 @@ TEST_F(supervisor, kills_the_whole_job_when_dropped_while_it_runs) {
     EXPECT_TRUE(state.empty() || state.find('Z') != std::string::npos) << p << " still runs: " << state;
     ::kill(p, SIGKILL);
   }
+}
+
+TEST(cgroup_setting, turns_the_cgroup_off_for_off_0_false_and_no_in_any_case) {
+  using fencerun::supervisor::cgroup_disabled_by;
+  for (const char* v : {"off", "OFF", "Off", "0", "false", "FALSE", "no", "No"}) EXPECT_TRUE(cgroup_disabled_by(v)) << v;
+  for (const char* v : {"", "on", "1", "true", "yes", "auto", "offf", "o"}) EXPECT_FALSE(cgroup_disabled_by(v)) << v;
+}
+
+// The renewals start at keep_by while the job runs; a job over before then never starts them.
+TEST_F(supervisor, starts_the_renewals_at_keep_by_only_if_the_job_still_runs) {
+  for (bool long_job : {false, true}) {
+    SCOPED_TRACE(long_job ? "a job of 300ms" : "a job over at once");
+    FakeLease lease(BootClock::now() + std::chrono::hours(1));
+    Supervisor sup(m_signals, k_policy, fencerun::log::Context{"unit", "1"});
+    auto pid = sup.start(sh(long_job ? "sleep 0.3" : "true"), {"PATH=/usr/bin:/bin"}, lease.deadline());
+    ASSERT_TRUE(pid.has_value());
+    const Deadline keep_by = BootClock::now() + milliseconds(100);
+    std::optional<Deadline> started;
+    LeaseWatch watch = lease.watch();
+    const int wake = watch.wake_fd;
+    watch.wake_fd = -1;
+    watch.start_keeping = [&] {
+      started = BootClock::now();
+      return wake;
+    };
+    watch.keep_by = keep_by;
+    auto outcome = sup.supervise(watch);
+    EXPECT_TRUE(WIFEXITED(outcome.wait_status));
+    if (!long_job) {
+      EXPECT_FALSE(started.has_value()) << "a short job paid for the renewals";
+    } else {
+      ASSERT_TRUE(started.has_value()) << "the renewals never started";
+      EXPECT_GE(*started, keep_by);
+      EXPECT_LT(*started, keep_by + milliseconds(100));
+    }
+  }
+}
+
+// A lease lost after the deferred start is still seen at once (the wake fd returned is polled).
+TEST_F(supervisor, hears_of_a_lost_lease_through_the_wake_fd_of_deferred_renewals) {
+  FakeLease lease(BootClock::now() + std::chrono::hours(1));
+  Supervisor sup(m_signals, k_policy, fencerun::log::Context{"unit", "1"});
+  auto pid = sup.start(sh("sleep 30"), {"PATH=/usr/bin:/bin"}, lease.deadline());
+  ASSERT_TRUE(pid.has_value());
+  LeaseWatch watch = lease.watch();
+  const int wake = watch.wake_fd;
+  watch.wake_fd = -1;
+  std::thread loser;
+  watch.start_keeping = [&] {
+    loser = std::thread([&lease] {
+      std::this_thread::sleep_for(milliseconds(100));
+      lease.lose();
+    });
+    return wake;
+  };
+  watch.keep_by = BootClock::now() + milliseconds(20);
+  const Deadline began = BootClock::now();
+  auto outcome = sup.supervise(watch);
+  loser.join();
+  EXPECT_TRUE(outcome.stopped_for_lease);
+  EXPECT_LT(BootClock::now() - began, milliseconds(1500));
 }
