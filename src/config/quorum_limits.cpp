@@ -34,8 +34,10 @@ void check_quorum_ttl(milliseconds ttl, milliseconds max_ttl) {
 
 namespace {
 
-// Every "address:port" the host of `e` resolves to; empty for a unix socket or a name that does not
-// resolve (or a Sentinel, which names its master later).
+// The "address:port" of `e` when its host is an address (a unix socket: its path); empty for a host
+// name (or a Sentinel, which names its master later). Names are not looked up here: a lookup has no
+// deadline of its own and would come before --timeout bounds anything. Two -r that reach one server
+// under a name and an address are caught by the epoch marker in the run's first round instead.
 std::set<std::string> addresses(const redis::RedisEndpoint& e) {
   std::set<std::string> out;
   if (e.transport == redis::RedisEndpoint::Transport::unix_socket) {
@@ -49,6 +51,7 @@ std::set<std::string> addresses(const redis::RedisEndpoint& e) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST;
   addrinfo* found = nullptr;
   if (getaddrinfo(e.host.c_str(), std::to_string(e.port).c_str(), &hints, &found) != 0) return out;
   for (addrinfo* a = found; a; a = a->ai_next) {

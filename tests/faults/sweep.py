@@ -78,6 +78,8 @@ SCENARIOS = {
 
 SIGNAL_CALLS = ("kill", "tkill", "tgkill", "pidfd_send_signal", "pidfd_open")
 PROCESS_CALLS = ("clone", "clone3", "fork", "vfork", "execve", "setpgid", "exit_group")
+CGROUP_CALLS = ("mkdir", "rmdir")  # the job's cgroup: made and removed by fencerun
+CGROUP_MADE = re.compile(r'^mkdir\("([^"]*/fencerun-[^"/]*)", [0-7]+\)\s+=\s+0')
 
 LINE = re.compile(r"^(\d+)\s+(\d+\.\d+)\s+(.*)$")
 START = re.compile(r"^(\w+)\((.*)$")
@@ -304,7 +306,8 @@ def self_test():
 def strace_run(args, fencerun, url, name, inject, trace_path, full, scenario):
     command = ["unshare", "-pf", "--mount-proc", "strace", "-f", "-q", "-ttt", "-s", "256", "-o", trace_path]
     if not full:  # the injected call too, so that the trace shows whether the injection fired
-        command += ["-e", "trace=" + ",".join(SIGNAL_CALLS + PROCESS_CALLS + ((inject[0],) if inject else ()))]
+        command += ["-e", "trace=" + ",".join(sorted(set(SIGNAL_CALLS + PROCESS_CALLS + CGROUP_CALLS +
+                                                          ((inject[0],) if inject else ()))))]
     if inject:
         command += ["-e", f"inject={inject[0]}:error={inject[1]}:when={inject[2]}"]
     command += [fencerun, "-r", url, "--ttl", SCENARIOS[scenario]["ttl"], name, "--", "sh", "-c",
@@ -326,7 +329,7 @@ def fencerun_exit(trace, code):
     return how or (f"exited with {code}" if code is not None else "did not end")
 
 
-def check(args, codes, redis, trace, code, err, name, took):
+def check(args, codes, redis, trace, code, err, name, took, injected_call=None):
     problems = []
     how = fencerun_exit(trace, code)
     m = re.match(r"exited with (\d+)", how)
@@ -364,6 +367,17 @@ def check(args, codes, redis, trace, code, err, name, took):
         problems.append("the lock is still held after the run")
         redis.command("DEL", f"fencerun:{{{name}}}:lock")
     problems += signals_outside_the_job(trace)
+    # The job's cgroup is gone when fencerun ends, unless the run failed fencerun's own rmdir of it.
+    # Either way it is removed here, so that the sweep leaves nothing on the machine.
+    for _, _, name, text in trace.calls:
+        made = CGROUP_MADE.match(text) if name == "mkdir" else None
+        if made and os.path.isdir(made.group(1)):
+            if injected_call != "rmdir":
+                problems.append(f"cgroup {made.group(1)} left behind")
+            try:
+                os.rmdir(made.group(1))
+            except OSError:
+                pass
     return problems, (int(m.group(1)) if m else how), bool(command_ran)
 
 
@@ -460,7 +474,7 @@ def main():
         began = time.monotonic()
         with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
             for (i, (scenario, name, error, k)), (code, err, trace, took), lock in pool.map(one, enumerate(plan)):
-                problems, status, ran = check(args, codes, redis, trace, code, err, lock, took)
+                problems, status, ran = check(args, codes, redis, trace, code, err, lock, took, name)
                 results.setdefault((scenario, name, error), []).append((k, status, ran, problems, trace.injected))
                 if problems:
                     failures.append((f"{scenario} {name}", error, k, status, problems, err))

@@ -87,11 +87,15 @@ class QuorumChaosTest : public FencerunTest {
     const auto log = file("chaos.log");
     // Each command holds the lock for 10 to 150 ms (drawn by its client).
     // A command stopped by fencerun (its lease lost: exit 124) writes its end from the TERM trap; one
-    // killed outright ends, at the latest, when its fencerun exits (recorded by the client).
+    // killed outright ends, at the latest, when its fencerun exits (recorded by the client). The times
+    // come from bash's own clock ($EPOCHREALTIME), not from a date(1) that the trap would have to start:
+    // on a busy machine that process could still be starting when the job's SIGKILL comes, and the run
+    // would then count as lasting until its fencerun exited, after the lock was already free.
     const auto body = [&](int hold_ms) {
-      const std::string end = "echo \"E $FENCERUN_TOKEN $(date +%s%N)\" >> " + log.string();
-      return "echo \"$FENCERUN_TOKEN\"; trap '" + end + "; exit 143' TERM; echo \"S $FENCERUN_TOKEN $(date +%s%N)\" >> " +
-             log.string() + "; sleep " + std::to_string(hold_ms / 1000.0) + "; " + end;
+      const std::string now = "${EPOCHREALTIME/./}000";
+      const std::string end = "echo \"E $FENCERUN_TOKEN " + now + "\" >> " + log.string();
+      return "echo \"$FENCERUN_TOKEN\"; trap '" + end + "; exit 143' TERM; echo \"S $FENCERUN_TOKEN " + now +
+             "\" >> " + log.string() + "; sleep " + std::to_string(hold_ms / 1000.0) + "; " + end;
     };
     std::atomic<int> acquired{0};
     std::atomic<bool> done{false};
@@ -104,7 +108,7 @@ class QuorumChaosTest : public FencerunTest {
         std::mt19937 hold(s * 7 + static_cast<unsigned>(c));
         while (acquired.load() < target && Clock::now() < deadline) {
           auto a = cluster.args();
-          a.insert(a.end(), {"--ttl", "1s", "--timeout", "300ms", "--wait", "3s", "chaos", "--", "sh", "-c",
+          a.insert(a.end(), {"--ttl", "1s", "--timeout", "300ms", "--wait", "3s", "chaos", "--", "bash", "-c",
                              body(std::uniform_int_distribution<int>(10, 150)(hold))});
           auto r = run(a, {{"FENCERUN_QUORUM_MAX_TTL", "1s"}}, 20s);
           const long long exited = std::chrono::duration_cast<std::chrono::nanoseconds>(

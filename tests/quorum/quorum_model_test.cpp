@@ -126,8 +126,9 @@ TEST_F(QuorumModelTest, TokensDoNotGoBackwardsAfterARollingRestart) {
   }
 }
 
-// Two -r that reach one server are refused (64) naming both: by address after name resolution, and,
-// when the addresses differ, by the data they hold.
+// Two -r that reach one server are refused (64) naming both: by address and port before anything is
+// sent (a unix socket by its path), and, under a name and an address or under two addresses, by the
+// data they hold in the first round.
 TEST_F(QuorumModelTest, RefusesOneServerUnderTwoNames) {
   const std::string port = std::to_string(server(0).port());
   auto by_name = run({"-r", "redis://127.0.0.1:" + port, "-r", "redis://localhost:" + port, "-r", server(2).url(),
