@@ -163,12 +163,16 @@ std::optional<JobCgroup> JobCgroup::create(std::string& why_not) {
     why_not = "cannot create a cgroup in " + mount + *own + ": " + std::strerror(errno);
     return std::nullopt;
   }
-  cg.m_dir.reset(::open(cg.m_path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-  cg.m_procs.reset(::open((cg.m_path + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
-  cg.m_kill.reset(::open((cg.m_path + "/cgroup.kill").c_str(), O_WRONLY | O_CLOEXEC));
-  cg.m_events.reset(::open((cg.m_path + "/cgroup.events").c_str(), O_RDONLY | O_CLOEXEC));
-  cg.m_procs_read.reset(::open((cg.m_path + "/cgroup.procs").c_str(), O_RDONLY | O_CLOEXEC));
-  if (!cg.m_dir || !cg.m_procs || !cg.m_kill || !cg.m_events || !cg.m_procs_read) {
+  // Only what every run needs is opened here (each open costs a path walk in the cgroup file system);
+  // cgroup.procs is opened when it is needed: for writing where the kernel cannot start the command
+  // inside (open_procs_for_writing), for reading when the job shares the caller's process group or is
+  // signalled member by member (procs_read_fd, signal_all).
+  cg.m_dir.reset(::openat(AT_FDCWD, cg.m_path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (cg.m_dir) {
+    cg.m_kill.reset(::openat(cg.m_dir.get(), "cgroup.kill", O_WRONLY | O_CLOEXEC));
+    cg.m_events.reset(::openat(cg.m_dir.get(), "cgroup.events", O_RDONLY | O_CLOEXEC));
+  }
+  if (!cg.m_dir || !cg.m_kill || !cg.m_events) {
     why_not = std::string(cg.m_kill ? "cannot open the new cgroup's files" : "no cgroup.kill (Linux 5.14 or later)");
     return std::nullopt;  // the destructor removes the directory
   }
@@ -179,7 +183,6 @@ JobCgroup::JobCgroup(JobCgroup&& other) noexcept
     : m_path(std::exchange(other.m_path, {})),
       m_relative(std::exchange(other.m_relative, {})),
       m_dir(std::move(other.m_dir)),
-      m_procs(std::move(other.m_procs)),
       m_kill(std::move(other.m_kill)),
       m_events(std::move(other.m_events)),
       m_procs_read(std::move(other.m_procs_read)) {}
@@ -192,7 +195,6 @@ JobCgroup::~JobCgroup() {
     for (int i = 0; i < 200 && populated(); ++i) ::usleep(1000);
   }
   m_dir.reset();
-  m_procs.reset();
   m_kill.reset();
   m_events.reset();
   m_procs_read.reset();
@@ -212,9 +214,17 @@ void JobCgroup::kill() const {
   if (m_kill) [[maybe_unused]] auto n = ::write(m_kill.get(), "1", 1);
 }
 
+int JobCgroup::open_procs_for_writing() const {
+  return m_dir ? ::openat(m_dir.get(), "cgroup.procs", O_WRONLY | O_CLOEXEC) : -1;
+}
+
+int JobCgroup::procs_read_fd() const {
+  if (!m_procs_read && m_dir) m_procs_read.reset(::openat(m_dir.get(), "cgroup.procs", O_RDONLY | O_CLOEXEC));
+  return m_procs_read.get();
+}
+
 void JobCgroup::signal_all(int signo) const {
-  if (!m_procs_read) return;
-  signal_cgroup_members(m_procs_read.get(), signo);
+  if (int fd = procs_read_fd(); fd >= 0) signal_cgroup_members(fd, signo);
 }
 
 bool JobCgroup::contains(pid_t pid) const {

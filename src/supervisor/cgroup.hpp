@@ -32,9 +32,9 @@ class JobCgroup {
   const std::string& path() const { return m_path; }
   // The cgroup's directory (O_PATH), for clone3(CLONE_INTO_CGROUP): the command starts inside.
   int dir_fd() const { return m_dir.get(); }
-  // Open for writing: "0" written to procs_fd() moves the writer in (the child does it before exec
-  // where the kernel cannot start it inside).
-  int procs_fd() const { return m_procs.get(); }
+  // cgroup.procs newly opened for writing (-1 on failure; the caller closes it): "0" written to it
+  // moves the writer in (the child does it before exec where the kernel cannot start it inside).
+  int open_procs_for_writing() const;
   int kill_fd() const { return m_kill.get(); }
   // True while any process is in the cgroup (cgroup.events "populated 1").
   bool populated() const;
@@ -42,8 +42,10 @@ class JobCgroup {
   void kill() const;
   // `signo` to every process in the cgroup now (read from cgroup.procs).
   void signal_all(int signo) const;
-  // cgroup.procs open for reading (pread from 0), for the watchdog.
-  int procs_read_fd() const { return m_procs_read.get(); }
+  // cgroup.procs open for reading (pread from 0), opened on first use (-1 when it cannot be).
+  int procs_read_fd() const;
+  // cgroup.events open for reading ("populated 0" once the job is gone).
+  int events_fd() const { return m_events.get(); }
   // Whether `pid` is in this cgroup (read from /proc/PID/cgroup).
   bool contains(pid_t pid) const;
 
@@ -51,7 +53,8 @@ class JobCgroup {
   JobCgroup() = default;
   std::string m_path;      // absolute path in the mounted hierarchy
   std::string m_relative;  // as /proc/PID/cgroup shows it
-  UniqueFd m_dir, m_procs, m_kill, m_events, m_procs_read;
+  UniqueFd m_dir, m_kill, m_events;
+  mutable UniqueFd m_procs_read;
 };
 
 }  // namespace fencerun::supervisor

@@ -14,6 +14,7 @@
 #include <ctime>
 
 #include "util/exit_code.hpp"
+#include "util/fd.hpp"
 
 namespace fencerun::supervisor {
 namespace {
@@ -277,7 +278,8 @@ std::expected<pid_t, SpawnError> spawn(const SpawnRequest& request, SpawnInfo* i
   // moves itself into the cgroup (the caller checks that it did). Out of processes, memory or
   // descriptors: fencerun's own failure, nothing is retried.
   if (pid < 0 && !is_resource_error(static_cast<int>(-pid))) {
-    plan.cgroup_procs_fd = request.cgroup_procs_fd;
+    UniqueFd procs(request.open_cgroup_procs ? request.open_cgroup_procs() : -1);
+    plan.cgroup_procs_fd = procs.get();
     pid = vfork_run(&plan);
   }
   if (pid < 0)

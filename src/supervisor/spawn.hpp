@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <expected>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -24,8 +25,9 @@ struct SpawnRequest {
   int tty_fd = -1;                // >= 0: make the child's group the foreground group of this terminal
   bool own_group = true;          // false: the child stays in fencerun's process group (tty_fd unused)
   int cgroup_fd = -1;             // >= 0: the job's cgroup directory: the child starts inside it
-  int cgroup_procs_fd = -1;       // >= 0: its cgroup.procs, where the kernel cannot start it inside
-                                  //   (before Linux 5.7): the child moves itself in before exec
+  std::function<int()> open_cgroup_procs;  // set with cgroup_fd: opens its cgroup.procs for writing,
+                                  //   where the kernel cannot start the child inside (before Linux 5.7):
+                                  //   the child moves itself in before exec
   int watchdog_fd = -1;           // >= 0: the child sends `guard` (with its own pid) here before exec,
   WatchMessage guard{};           //   so the watchdog guards it before the command can run
   std::optional<Deadline> exec_before;  // the child never execs at or after this point (the stop point)

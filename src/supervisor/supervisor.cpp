@@ -104,8 +104,10 @@ std::expected<pid_t, SpawnError> Supervisor::start(std::vector<std::string> argv
   // The watchdog is started (supervisor/watchdog.hpp) while fencerun has a single thread, so that a
   // fork fallback is safe; it knows the job before the job runs.
   auto slack = std::min<std::chrono::milliseconds>(m_policy.points.grace / 4, std::chrono::milliseconds(20));
+  // The watchdog signals the job's members one by one only when they share the caller's group.
   WatchdogTargets targets{!m_foreground, m_cgroup ? m_cgroup->kill_fd() : -1,
-                          m_cgroup ? m_cgroup->procs_read_fd() : -1, m_cgroup ? m_cgroup->path().c_str() : nullptr,
+                          m_cgroup && m_foreground ? m_cgroup->procs_read_fd() : -1,
+                          m_cgroup ? m_cgroup->events_fd() : -1, m_cgroup ? m_cgroup->path().c_str() : nullptr,
                           m_tree ? ::getpid() : 0};
   m_watchdog.emplace(m_policy.kill_signal, targets, slack);
   m_watchdog_pid = m_watchdog->pid_slot();
@@ -116,7 +118,7 @@ std::expected<pid_t, SpawnError> Supervisor::start(std::vector<std::string> argv
   request.tty_fd = m_tty;
   request.own_group = !m_foreground;
   request.cgroup_fd = m_cgroup ? m_cgroup->dir_fd() : -1;
-  request.cgroup_procs_fd = m_cgroup ? m_cgroup->procs_fd() : -1;
+  if (m_cgroup) request.open_cgroup_procs = [this] { return m_cgroup->open_procs_for_writing(); };
   request.watchdog_fd = m_watchdog->fd();
   request.guard = Watchdog::guard_message(0, stop_at, m_policy.points.kill_at(deadline));
   request.exec_before = stop_at;

@@ -43,13 +43,22 @@ void close_all_but(int (&keep)[N]) {
 
 // fencerun died: nobody else will remove the job's (emptied) cgroup. Waits up to a second for the
 // killed members to leave it.
-void remove_cgroup(const WatchdogTargets& targets) {
-  if (!targets.cgroup_path || targets.cgroup_procs_fd < 0) return;
-  for (int i = 0; i < 1000; ++i) {
-    char c;
-    if (sys::pread(targets.cgroup_procs_fd, &c, 1, 0) <= 0) break;  // empty
-    sys::sleep_ns(1'000'000);
+bool cgroup_populated(int events_fd) {
+  char buf[256];
+  long n = sys::pread(events_fd, buf, sizeof buf, 0);
+  static constexpr char k_key[] = "populated ";
+  constexpr long k_len = sizeof k_key - 1;
+  for (long i = 0; i + k_len < n; ++i) {
+    long j = 0;
+    while (j < k_len && buf[i + j] == k_key[j]) ++j;
+    if (j == k_len) return buf[i + k_len] == '1';
   }
+  return false;
+}
+
+void remove_cgroup(const WatchdogTargets& targets) {
+  if (!targets.cgroup_path || targets.cgroup_events_fd < 0) return;
+  for (int i = 0; i < 1000 && cgroup_populated(targets.cgroup_events_fd); ++i) sys::sleep_ns(1'000'000);
   sys::rmdir(targets.cgroup_path);
 }
 
@@ -67,7 +76,7 @@ void remove_cgroup(const WatchdogTargets& targets) {
   // Its own group: a kill or a stop aimed at fencerun's group must not take the watchdog with it.
   sys::setpgid(0, 0);
   sys::set_name("fencerun-watch");
-  int keep[] = {read_fd, cgroup_kill_fd, cgroup_procs_fd};
+  int keep[] = {read_fd, cgroup_kill_fd, cgroup_procs_fd, targets.cgroup_events_fd};
   close_all_but(keep);
   int devnull = sys::open("/dev/null", O_RDWR | O_CLOEXEC);
   if (devnull >= 0) {

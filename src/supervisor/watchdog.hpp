@@ -45,7 +45,8 @@ struct WatchMessage {
 struct WatchdogTargets {
   bool own_group = true;
   int cgroup_kill_fd = -1;   // open cgroup.kill, written at the kill point
-  int cgroup_procs_fd = -1;  // open cgroup.procs (read)
+  int cgroup_procs_fd = -1;  // open cgroup.procs (read), where the job's members are signalled one by one
+  int cgroup_events_fd = -1;  // open cgroup.events (read): whether the job is gone
   const char* cgroup_path = nullptr;  // removed by the watchdog once the job is gone, if fencerun died
   pid_t tree_root = 0;       // > 0: the job is every descendant of this pid (fencerun) but the watchdog
 };

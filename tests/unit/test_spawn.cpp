@@ -371,7 +371,7 @@ TEST(spawn, starts_the_command_inside_the_given_cgroup) {
   if (!cg) GTEST_SKIP() << why;
   SpawnRequest request = sleeper();
   request.cgroup_fd = cg->dir_fd();
-  request.cgroup_procs_fd = cg->procs_fd();
+  request.open_cgroup_procs = [&cg] { return cg->open_procs_for_writing(); };
   fencerun::supervisor::SpawnInfo info;
   auto pid = spawn(request, &info);
   ASSERT_TRUE(pid.has_value()) << pid.error().message;
