@@ -381,7 +381,12 @@ class QuorumHeldLease final : public KeptLease {
       log::event(log::Level::info, "released", "released lock", m_context);
       return Released::yes;
     }
-    if (r.deleted + r.not_ours + r.data_lost >= m) return Released::not_ours;
+    // Lost only when the answers rule a majority out: more than f servers that kept their data do not
+    // hold it (expired, broken, taken, or never set there). A server that did not answer may have held
+    // it to the end, as may one that lost its data since: "not ours" on some servers while others are
+    // silent is no evidence that the lease was lost (a server this run never set, and one down at the
+    // release, are not two servers that lost it).
+    if (r.not_ours > m_ops.size() - m) return Released::not_ours;
     log::event(log::Level::warn, "release_failed",
                "could not release the lock on a majority of the servers (it expires by itself): deleted on " +
                    std::to_string(r.deleted) + ", answered by " + std::to_string(r.deleted + r.not_ours + r.data_lost) +

@@ -165,6 +165,37 @@ TEST_F(QuorumTest, TwoFrozenServersStopTheCommandBeforeTheDeadline) {
             << "\n";
 }
 
+// The release's verdict: "lost" only when the answers rule a majority out. The holder sets servers 1
+// and 2 (server 3 holds another owner's key); at its release server 1 is frozen (no answer), server 2
+// deletes its key, server 3 still has the other key. One "not ours" and one silent server are no
+// evidence that the lease was lost: exit 0 with the release_failed warning, not 124.
+TEST_F(QuorumTest, ASilentServerAndOneNeverSetAreNoLostLease) {
+  server(2).cmd({"SET", lock_key("verdict"), "0123456789abcdef0123456789abcdef 0 1 elsewhere", "PX", "30000"});
+  auto a = start(quorum_sh("verdict", kHoldUntilGo, {"--ttl", "3s", "--timeout", "300ms"}));
+  wait_line("token");
+  ASSERT_TRUE(wait_until([&] { return holding("verdict") == 3; }, 5s));
+  server(0).freeze();
+  touch("go");
+  auto code = a->wait_for_exit(10s);
+  server(0).thaw();
+  EXPECT_EQ(code, 0) << a->result();
+  EXPECT_NE(a->result().err.find("could not release the lock on a majority"), std::string::npos) << a->result();
+  EXPECT_EQ(a->result().err.find("exclusion may have been broken"), std::string::npos) << a->result();
+  EXPECT_FALSE(server(1).exists(lock_key("verdict"))) << "its key on server 2 must be deleted";
+}
+
+// The same with the lease really gone: its key deleted on servers 1 and 2 behind its back (more than
+// f servers that kept their data do not hold it): 124, lease lost.
+TEST_F(QuorumTest, AReleaseThatFindsAMajorityWithoutItsKeyIsALostLease) {
+  auto a = start(quorum_sh("verdict2", kHoldUntilGo, {"--ttl", "3s", "--timeout", "300ms"}));
+  wait_line("token");
+  ASSERT_TRUE(wait_until([&] { return holding("verdict2") == 3; }, 5s));
+  server(0).cmd({"DEL", lock_key("verdict2")});
+  server(1).cmd({"DEL", lock_key("verdict2")});
+  touch("go");
+  EXPECT_EQ(a->wait_for_exit(10s), kLeaseLost) << a->result();
+}
+
 // A majority down before the start: unavailable, 69, and nothing runs.
 TEST_F(QuorumTest, NoMajorityIsUnavailable) {
   server(0).stop();
