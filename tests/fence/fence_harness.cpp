@@ -388,7 +388,10 @@ RoundStats run_rounds(Lab& lab, const GuardKit& kit, int rounds, unsigned seed) 
     // round starts again with a fresh owner.
     std::unique_ptr<Owner> first;
     for (int attempt = 0;; ++attempt) {
-      first = std::make_unique<Owner>(lab, kit, "a" + std::to_string(r) + (attempt ? "_" + std::to_string(attempt) : ""),
+      // A voided round runs again under the same number: the label (its files, its fifo) must be new.
+      first = std::make_unique<Owner>(lab, kit,
+                                      "a" + std::to_string(r) + (void_rounds ? "v" + std::to_string(void_rounds) : "") +
+                                          (attempt ? "_" + std::to_string(attempt) : ""),
                                       ttl);
       try {
         first->wait_started();

@@ -23,6 +23,8 @@
 #include <sstream>
 #include <thread>
 
+#include <unistd.h>
+
 #include "fixture.hpp"
 #include "support/tcp_proxy.hpp"
 
@@ -86,7 +88,11 @@ class QuorumChaosTest : public FencerunTest {
   // `target` acquisitions by 4 clients on `cluster` while `nemesis(rng, stop)` runs; then the checker.
   Verdict schedule(Cluster& cluster, int target, const std::function<void(std::mt19937&, Verdict&)>& nemesis,
                    unsigned s) {
-    const auto log = file("chaos.log");
+    // The log is kept in memory (/dev/shm, a tmpfs, where there is one): an append to a file on disk
+    // can wait seconds on the file system's journal while 8 servers fsync every write, and a command
+    // blocked in that write (D state) dies only when it returns, after its lease: the checker would
+    // count the file system's stall as an overlap of holders.
+    const auto log = shm_file("chaos.log");
     // Each command holds the lock for 10 to 150 ms (drawn by its client).
     // A command stopped by fencerun (its lease lost: exit 124) writes its end from the TERM trap; one
     // killed outright ends, at the latest, when its fencerun exits (recorded by the client). The times
@@ -138,6 +144,25 @@ class QuorumChaosTest : public FencerunTest {
       std::filesystem::copy_file(log, std::string(trace) + ".runs", std::filesystem::copy_options::overwrite_existing);
     return v;
   }
+
+  // A new file named after `name` in /dev/shm (removed with the test), else in the test's directory.
+  std::filesystem::path shm_file(const std::string& name) {
+    std::error_code ec;
+    if (std::filesystem::is_directory("/dev/shm", ec)) {
+      std::string path = "/dev/shm/fencerun-" + name + "-XXXXXX";
+      if (int fd = ::mkstemp(path.data()); fd >= 0) {
+        ::close(fd);
+        m_shm.emplace_back(path);
+        return path;
+      }
+    }
+    return file(name);
+  }
+  void TearDown() override {
+    for (const auto& p : m_shm) std::filesystem::remove(p);
+    FencerunTest::TearDown();
+  }
+  std::vector<std::filesystem::path> m_shm;
 
   static void check(const std::filesystem::path& log, Verdict& v) {
     struct Run {
