@@ -18,17 +18,19 @@
 
 namespace fencerun::lease {
 
-// Where the locks live, as the configuration (config::CommonConfig) validated it.
+// Where the locks live, as the configuration (config::CommonConfig) validated it. It refers to the
+// configuration's own fields, which must outlive the backend built from it (a lease copies what it
+// keeps).
 struct BackendTarget {
-  redis::RedisEndpoint endpoint;  // the server; in quorum mode the first one's
-  std::string redacted_url;       // for messages and FENCERUN_REDIS_URL: never a password
+  const redis::RedisEndpoint& endpoint;  // the server; in quorum mode the first one's
+  const std::string& redacted_url;       // for messages and FENCERUN_REDIS_URL: never a password
   // Quorum mode (-r given 3, 5 or 7 times): every server in the order given, and its redacted URL.
   // Empty with one server.
-  std::vector<redis::RedisEndpoint> servers;
-  std::vector<std::string> server_urls;
-  std::string key_prefix;
-  std::chrono::milliseconds timeout{2000};          // bound of every request
-  std::chrono::milliseconds quorum_max_ttl{60'000};  // quorum mode's lease cap (quorum_lease.hpp)
+  const std::vector<redis::RedisEndpoint>& servers;
+  const std::vector<std::string>& server_urls;
+  const std::string& key_prefix;
+  std::chrono::milliseconds timeout;         // bound of every request
+  std::chrono::milliseconds quorum_max_ttl;  // quorum mode's lease cap (quorum_lease.hpp)
 };
 
 // `fencerun list`: the locks whose NAME matches `pattern` (Redis MATCH syntax).
@@ -69,6 +71,6 @@ class Backend {
 };
 
 // The backend for `target`: by the URL's scheme and the number of servers. Never connects.
-std::unique_ptr<Backend> make_backend(BackendTarget target);
+std::unique_ptr<Backend> make_backend(const BackendTarget& target);
 
 }  // namespace fencerun::lease

@@ -98,7 +98,7 @@ redis::Error refused(const char* what) {
 
 class QuorumBackend final : public Backend {
  public:
-  explicit QuorumBackend(BackendTarget target) : m_target(std::move(target)) {}
+  explicit QuorumBackend(const BackendTarget& target) : m_target(target) {}
 
   std::unique_ptr<Lease> lease(LeaseRequest request) const override {
     return make_quorum_lease({m_target.servers, m_target.server_urls, m_target.key_prefix, m_target.quorum_max_ttl},
@@ -213,8 +213,8 @@ class QuorumBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_quorum_backend(BackendTarget target) {
-  return std::make_unique<QuorumBackend>(std::move(target));
+std::unique_ptr<Backend> make_quorum_backend(const BackendTarget& target) {
+  return std::make_unique<QuorumBackend>(target);
 }
 
 }  // namespace fencerun::lease

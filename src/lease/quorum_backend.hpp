@@ -8,6 +8,6 @@
 
 namespace fencerun::lease {
 
-std::unique_ptr<Backend> make_quorum_backend(BackendTarget target);
+std::unique_ptr<Backend> make_quorum_backend(const BackendTarget& target);
 
 }  // namespace fencerun::lease

@@ -58,7 +58,7 @@ std::string list_text(const std::string& name, const LockStatus& s) {
 
 class RedisBackend final : public Backend {
  public:
-  explicit RedisBackend(BackendTarget target) : m_target(std::move(target)) {}
+  explicit RedisBackend(const BackendTarget& target) : m_target(target) {}
 
   std::unique_ptr<Lease> lease(LeaseRequest request) const override {
     return make_redis_lease({m_target.endpoint, m_target.redacted_url, m_target.key_prefix}, std::move(request));
@@ -130,8 +130,8 @@ class RedisBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_redis_backend(BackendTarget target) {
-  return std::make_unique<RedisBackend>(std::move(target));
+std::unique_ptr<Backend> make_redis_backend(const BackendTarget& target) {
+  return std::make_unique<RedisBackend>(target);
 }
 
 bool show_server(const redis::RedisEndpoint& endpoint, const std::string& url, const std::string& label,

@@ -9,7 +9,7 @@
 
 namespace fencerun::lease {
 
-std::unique_ptr<Backend> make_redis_backend(BackendTarget target);
+std::unique_ptr<Backend> make_redis_backend(const BackendTarget& target);
 
 // --version -r URL: one server's lines under `label` ("server", "server 2", ...): what it is, where, and
 // how a lock is released there. false (logged) when it could not be reached.
