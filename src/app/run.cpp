@@ -9,12 +9,11 @@
 #include <algorithm>
 
 #include "app/app.hpp"
+#include "app/backend.hpp"
 #include "app/metrics.hpp"
 #include "util/duration.hpp"
 #include "util/fd.hpp"
 #include "lease/lease.hpp"
-#include "lease/quorum_lease.hpp"
-#include "lease/redis_lease.hpp"
 #include "log/log.hpp"
 #include "supervisor/exit_status.hpp"
 #include "supervisor/signals.hpp"
@@ -184,12 +183,7 @@ Exit run_under(const config::Config& c, supervisor::SignalChannel& signals, leas
 
 Exit run_locked(const config::Config& c, RunReport& report) {
   supervisor::SignalChannel signals;  // before any thread or child exists
-  auto lease = c.common.servers.empty()
-                   ? lease::make_redis_lease({c.common.endpoint, c.common.redacted_url, c.common.key_prefix},
-                                             lease_request(c))
-                   : lease::make_quorum_lease({c.common.servers, c.common.server_urls, c.common.key_prefix,
-                                                c.common.quorum_max_ttl},
-                                              lease_request(c));
+  auto lease = backend_for(c.common)->lease(lease_request(c));
   SignalWaiter waiter(signals, c.run.lock);
   auto held = lease->acquire(waiter, report.lock_wait);
   if (!held) return not_acquired(c, held.error());

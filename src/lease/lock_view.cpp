@@ -1,22 +1,22 @@
-#include "app/lock_view.hpp"
+#include "lease/lock_view.hpp"
 
 #include <algorithm>
 
 #include "lease/quorum_lease.hpp"
 #include "log/log.hpp"
 
-namespace fencerun::app {
+namespace fencerun::lease {
 namespace {
 
 std::string or_null(const std::optional<std::string>& s) { return s ? *s : std::string("null"); }
 }  // namespace
 
-std::string ttl_text(const lease::SlotHolder& s) {
+std::string ttl_text(const SlotHolder& s) {
   return s.remaining ? std::to_string(s.remaining->count()) + "ms remaining" : std::string("no expiry");
 }
-std::string token_text(const lease::Holder& h) { return h.token ? std::to_string(*h.token) : std::string("unknown"); }
+std::string token_text(const Holder& h) { return h.token ? std::to_string(*h.token) : std::string("unknown"); }
 
-std::string holder_json(const lease::SlotHolder& s) {
+std::string holder_json(const SlotHolder& s) {
   const auto& h = s.holder;
   return "\"owner\":\"" + log::json_escape(h.owner.substr(0, 8)) + "\"" +
          ",\"host\":" + or_null(h.host.empty() ? std::nullopt : std::optional("\"" + log::json_escape(h.host) + "\"")) +
@@ -24,15 +24,30 @@ std::string holder_json(const lease::SlotHolder& s) {
          ",\"ttl_ms\":" + number_or_null(s.remaining ? std::optional(s.remaining->count()) : std::nullopt);
 }
 
-std::string who(const lease::Holder& h) {
+std::string who(const Holder& h) {
   return (h.pid ? "pid " + std::to_string(*h.pid) : std::string("unknown pid")) + " on " +
          (h.host.empty() ? "unknown host" : h.host) + " (owner " + h.owner.substr(0, 8) + ")";
 }
 
-QuorumView quorum_view(std::vector<redis::Result<lease::LockStatus>> replies) {
+std::string holder_text(const SlotHolder& s) {
+  const auto& h = s.holder;
+  return who(h) + ", token " + (h.token ? std::to_string(*h.token) : std::string("unknown")) + ", ttl " +
+         (s.remaining ? std::to_string(s.remaining->count()) + "ms" : std::string("none"));
+}
+
+std::string list_json_fields(const std::string& name, const LockStatus& s) {
+  std::string out = "{\"lock\":\"" + log::json_escape(name) + "\",\"held\":" + (s.holders.empty() ? "false" : "true") +
+                    ",\"limit\":" + std::to_string(s.limit) + ",\"holders\":[";
+  for (std::size_t i = 0; i < s.holders.size(); ++i)
+    out += std::string(i ? "," : "") + "{\"slot\":" + std::to_string(s.holders[i].slot) + "," +
+           holder_json(s.holders[i]) + "}";
+  return out + "],\"waiters\":" + std::to_string(s.waiters) + ",\"last_token\":" + number_or_null(s.last_token);
+}
+
+QuorumView quorum_view(std::vector<redis::Result<LockStatus>> replies) {
   QuorumView v;
   v.servers = std::move(replies);
-  v.majority = lease::majority_of(v.servers.size());
+  v.majority = majority_of(v.servers.size());
   std::vector<std::string> owners;  // by answering server; "" when free
   for (const auto& s : v.servers) {
     if (!s) continue;
@@ -53,7 +68,7 @@ QuorumView quorum_view(std::vector<redis::Result<lease::LockStatus>> replies) {
   return v;
 }
 
-std::string server_text(const redis::Result<lease::LockStatus>& s) {
+std::string server_text(const redis::Result<LockStatus>& s) {
   if (!s) return "unavailable: " + s.error().message;
   std::string out;
   if (s->holders.empty()) out = "free";
@@ -79,4 +94,4 @@ std::string servers_json(const QuorumView& v, const std::vector<std::string>& ur
   return out + "]";
 }
 
-}  // namespace fencerun::app
+}  // namespace fencerun::lease

@@ -1,0 +1,160 @@
+#include "lease/redis_backend.hpp"
+
+#include <cstdio>
+#include <optional>
+
+#include "lease/lock_view.hpp"
+#include "lease/lock_walk.hpp"
+#include "lease/redis_lease.hpp"
+#include "log/log.hpp"
+#include "util/exit_code.hpp"
+
+namespace fencerun::lease {
+namespace {
+
+using std::chrono::milliseconds;
+
+std::string status_json(const std::string& lock, const LockStatus& s) {
+  std::string out = "{\"lock\":\"" + log::json_escape(lock) + "\",\"held\":" + (s.holders.empty() ? "false" : "true");
+  // The plain lock's holder, as before there were slots.
+  if (s.limit == 1 && !s.holders.empty()) out += "," + holder_json(s.holders.front());
+  out += ",\"limit\":" + std::to_string(s.limit) + ",\"holders\":[";
+  for (std::size_t i = 0; i < s.holders.size(); ++i)
+    out += std::string(i ? "," : "") + "{\"slot\":" + std::to_string(s.holders[i].slot) + "," +
+           holder_json(s.holders[i]) + "}";
+  out += "],\"waiters\":" + std::to_string(s.waiters) + ",\"last_token\":" + number_or_null(s.last_token) + "}\n";
+  return out;
+}
+
+std::string status_text(const std::string& lock, const LockStatus& s) {
+  std::string out;
+  const std::string last = "last token: " + (s.last_token ? std::to_string(*s.last_token) : std::string("none")) + "\n";
+  // The plain lock's lines are those of before there were slots, with the waiters when there are any.
+  const std::string waiters = "waiters: " + std::to_string(s.waiters) + "\n";
+  const std::string plain_waiters = s.waiters > 0 ? waiters : std::string();
+  if (s.holders.empty()) return lock + ": free\n" + plain_waiters + last;
+  if (s.limit == 1) {
+    const auto& h = s.holders.front();
+    return lock + ": held by " + who(h.holder) + "\ntoken: " + token_text(h.holder) + "\nttl: " + ttl_text(h) + "\n" +
+           plain_waiters + last;
+  }
+  out = lock + ": " + std::to_string(s.holders.size()) + " of " + std::to_string(s.limit) + " slots held\n";
+  for (const auto& h : s.holders)
+    out += "slot " + std::to_string(h.slot) + ": " + who(h.holder) + ", token " + token_text(h.holder) + ", ttl " +
+           ttl_text(h) + "\n";
+  return out + waiters + last;
+}
+
+std::string list_text(const std::string& name, const LockStatus& s) {
+  const std::string tail = (s.waiters > 0 ? ", " + std::to_string(s.waiters) + " waiting" : std::string()) +
+                           ", last token " + (s.last_token ? std::to_string(*s.last_token) : std::string("none"));
+  if (s.holders.empty()) return name + ": free" + tail + "\n";
+  if (s.limit == 1) return name + ": held by " + holder_text(s.holders.front()) + tail + "\n";
+  std::string out = name + ": " + std::to_string(s.holders.size()) + " of " + std::to_string(s.limit) + " slots held" +
+                    tail + "\n";
+  for (const auto& h : s.holders) out += "  slot " + std::to_string(h.slot) + ": " + holder_text(h) + "\n";
+  return out;
+}
+
+class RedisBackend final : public Backend {
+ public:
+  explicit RedisBackend(const BackendTarget& target) : m_target(target) {}
+
+  std::unique_ptr<Lease> lease(LeaseRequest request) const override {
+    return make_redis_lease({m_target.endpoint, m_target.redacted_url, m_target.key_prefix}, std::move(request));
+  }
+
+  int status(const std::string& lock, bool json) const override {
+    redis::Client client(m_target.endpoint);
+    auto s = lock_status(client, keys_for(m_target.key_prefix, lock), BootClock::now() + m_target.timeout);
+    if (!s) {
+      log::event(log::Level::error, "redis_unavailable",
+                 "cannot use Redis at " + m_target.redacted_url + ": " + s.error().message, {{"lock", lock}});
+      return exit_code::k_unavailable;
+    }
+    std::string out = json ? status_json(lock, *s) : status_text(lock, *s);
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    std::fflush(stdout);
+    return s->holders.empty() ? exit_code::k_status_free : 0;
+  }
+
+  int list(const ListRequest& request) const override {
+    Progress progress;
+    auto found = walk(m_target.endpoint, m_target.key_prefix, request.pattern, m_target.timeout,
+                      [&](std::size_t keys, std::size_t locks) { progress.update(keys, locks); });
+    if (!found) {
+      const std::string message = "cannot use Redis at " + m_target.redacted_url + ": " + found.error().error.message;
+      if (found.error().lock.empty()) log::event(log::Level::error, "redis_unavailable", message);
+      else log::event(log::Level::error, "redis_unavailable", message, {{"lock", found.error().lock}});
+      return exit_code::k_unavailable;
+    }
+    bool any_held = false;
+    std::vector<std::string> entries;
+    for (const auto& [name, s] : *found) {
+      const bool held = !s.holders.empty();
+      any_held = any_held || held;
+      if (!held && !(request.all && s.last_token)) continue;
+      entries.push_back(request.json ? list_json_fields(name, s) + "}" : list_text(name, s));
+    }
+    progress.finish();
+    print(joined(entries, request.json));
+    return any_held ? 0 : exit_code::k_status_free;
+  }
+
+  int server_version() const override {
+    return show_server(m_target.endpoint, m_target.redacted_url, "server", m_target.timeout) ? 0
+                                                                                               : exit_code::k_unavailable;
+  }
+
+  redis::Result<LockStatus> holders(const std::string& lock) override {
+    return lock_status(client(), keys_for(m_target.key_prefix, lock), BootClock::now() + m_target.timeout);
+  }
+  redis::Result<bool> break_holder(const std::string& lock, long limit, std::string_view owner) override {
+    return release_holder(client(), keys_for(m_target.key_prefix, lock), limit, owner,
+                          BootClock::now() + m_target.timeout);
+  }
+  redis::Result<Bumped> bump(const std::string& lock, std::uint64_t above) override {
+    return bump_counter(client(), keys_for(m_target.key_prefix, lock), above, BootClock::now() + m_target.timeout);
+  }
+
+ private:
+  // break and bump: one connection for all their requests, opened by the first.
+  redis::Client& client() {
+    if (!m_client) m_client.emplace(m_target.endpoint);
+    return *m_client;
+  }
+
+  BackendTarget m_target;
+  std::optional<redis::Client> m_client;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_redis_backend(const BackendTarget& target) {
+  return std::make_unique<RedisBackend>(target);
+}
+
+bool show_server(const redis::RedisEndpoint& endpoint, const std::string& url, const std::string& label,
+                 milliseconds timeout) {
+  redis::Client client(endpoint);
+  client.learn_server();
+  // The probe rides with the PING: one round trip, through Sentinel or a Cluster seed as a run would.
+  auto pong = client.command({"PING"}, BootClock::now() + timeout);
+  if (!pong || pong->is_error()) {
+    log::event(log::Level::error, "redis_unavailable",
+               "cannot use Redis at " + url + ": " + (pong ? pong->str : pong.error().message));
+    return false;
+  }
+  const auto& server = client.server();
+  if (!server) {  // answered PING but not the probe: a proxy that drops it, say
+    std::printf("%s: unknown (HELLO and COMMAND INFO not answered) at %s\n%s: script\n", label.c_str(), url.c_str(),
+                label == "server" ? "release" : (label + " release").c_str());
+    return true;
+  }
+  std::printf("%s: %s at %s (%s)\n%s: %s\n", label.c_str(), server->describe().c_str(), server->where.c_str(),
+              url.c_str(), label == "server" ? "release" : (label + " release").c_str(),
+              std::string(release_path_name(release_path(server))).c_str());
+  return true;
+}
+
+}  // namespace fencerun::lease
