@@ -282,9 +282,9 @@ class QuorumOps final : public Renewer {
 
   struct ReleaseTally {
     std::size_t deleted = 0;    // our lease was there and is gone
-    std::size_t not_ours = 0;   // it was not there (expired, deleted, or taken) on a server that kept its data
-    std::size_t data_lost = 0;  // it was not there, and the server lost NAME's data since we saw it (or we
-                                // never saw it: it did not answer our rounds)
+    std::size_t not_ours = 0;   // it was not there (expired, deleted, or taken) on a server that kept its data,
+                                // or on one that answered none of our rounds
+    std::size_t data_lost = 0;  // it was not there, and the server lost NAME's data since we saw it
   };
   // Owner-checked compare-and-delete on every server. Ends once M deleted. With `wake`, each server
   // that deleted tells the waiters listening there. The undoing of a failed attempt does not: a waiter
@@ -310,10 +310,16 @@ class QuorumOps final : public Renewer {
           if (wake && *deleted)
             [[maybe_unused]] auto woken = client.command({"PUBLISH", channel, "released"}, until);
           if (*deleted) return Outcome::deleted;
-          if (seen[i].empty()) return Outcome::data_lost;
+          // Never seen (it answered none of this holder's rounds in time, e.g. a round that ended once
+          // a majority answered): it was in none of the majorities the lease was counted on, and it
+          // does not hold the key now.
+          if (seen[i].empty()) return Outcome::not_ours;
           auto now = client.command({"GET", epoch}, until);
           if (!now) return std::unexpected(now.error());
-          return now->is_string() && now->str == seen[i] ? Outcome::not_ours : Outcome::data_lost;
+          // The same marker, or the same one marked "G" since (a new lock's write-back that reached
+          // this server after the holder stopped listening): the server kept its data.
+          const bool kept = now->is_string() && (now->str == seen[i] || now->str == "G" + seen[i]);
+          return kept ? Outcome::not_ours : Outcome::data_lost;
         },
         until, [m](const Fanout::Replies<Outcome>& r) {
           return count_if_ok<Outcome>(r, [](Outcome o) { return o == Outcome::deleted; }) >= m;

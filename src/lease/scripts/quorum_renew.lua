@@ -6,7 +6,8 @@
 -- The owner id decides, not the whole value: a server the token write-back did not reach still has
 -- the value of round 1.
 -- KEYS: 1 lock, 2 epoch marker. ARGV: 1 owner, 2 ttl ms, 3 the holder's lock value, 4 the epoch
--- marker the holder saw on this server ("" when none), 5 a random word (for a marker created here).
+-- marker the holder saw on this server ("" when none; the same marker marked "G" since, by a new
+-- lock's write-back, is not a change), 5 a random word (for a marker created here).
 -- Returns {1 renewed / 2 set again / 0 gone / -1 held by another owner, the epoch marker, TIME
 --          seconds, TIME microseconds}.
 if redis.replicate_commands then redis.replicate_commands() end
@@ -23,7 +24,7 @@ if v and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. ' ' then
   status = 1
 elseif v then
   status = -1
-elseif epoch ~= ARGV[4] then
+elseif epoch ~= ARGV[4] and epoch ~= 'G' .. ARGV[4] then
   redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[2])
   status = 2
 end
