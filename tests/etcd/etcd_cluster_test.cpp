@@ -1,0 +1,112 @@
+// The fixture itself, checked with etcdctl only: a 3-member cluster becomes healthy with one leader,
+// a killed leader is replaced and comes back on its data dir, a frozen member is thawed, keys and
+// leases are seen, TLS and auth clusters answer only with their credentials.
+#include <gtest/gtest.h>
+
+#include "etcd_fixture.hpp"
+
+namespace fencerun::test {
+namespace {
+
+class EtcdClusterTest : public EtcdOwnTest {};
+
+TEST_F(EtcdClusterTest, ThreeMembersOneLeaderKeysAndLeases) {
+  auto& e = etcd();
+  ASSERT_EQ(e.size(), 3);
+  const std::string url = e.url();
+  EXPECT_TRUE(url.starts_with("etcd://127.0.0.1:")) << url;
+  EXPECT_EQ(url.find(' '), std::string::npos) << url;
+  EXPECT_EQ(url, "etcd://" + e.endpoint(0) + "," + e.endpoint(1) + "," + e.endpoint(2));
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_LT(e.client_port(i), 32768);
+    EXPECT_LT(e.peer_port(i), 32768);
+  }
+  // One cluster: the member list seen from any member has the three members.
+  for (int i = 0; i < 3; ++i) {
+    auto r = e.etcdctl({"member", "list"}, e.client_url(i));
+    ASSERT_EQ(r.exit_code, 0) << r;
+    EXPECT_EQ(split_lines(trim(r.out)).size(), 3u) << r.out;
+  }
+  const int l = e.leader();
+  ASSERT_GE(l, 0);
+
+  e.etcdctl_ok({"put", "fencerun:{x}:base", "17"});
+  auto lease = e.etcdctl_ok({"lease", "grant", "30"});  // "lease 694d7a... granted with TTL(30s)"
+  auto words = split_lines(lease);
+  ASSERT_FALSE(words.empty());
+  std::string id = words[0].substr(6, words[0].find(' ', 6) - 6);
+  e.etcdctl_ok({"put", "fencerun:{x}:wait/" + id, "o 1 h", "--lease=" + id});
+  EXPECT_EQ(e.keys("fencerun:{x}:"), (std::vector<std::string>{"fencerun:{x}:base", "fencerun:{x}:wait/" + id}));
+  EXPECT_EQ(e.leases(), std::vector<std::string>{id});
+  EXPECT_EQ(e.get("fencerun:{x}:base"), "17");
+  EXPECT_EQ(e.get("fencerun:{x}:nothing"), std::nullopt);
+  e.etcdctl_ok({"lease", "revoke", id});
+  EXPECT_EQ(e.keys("fencerun:{x}:wait/"), std::vector<std::string>{});
+  EXPECT_TRUE(e.leases().empty());
+}
+
+TEST_F(EtcdClusterTest, KillRestartFreezeThaw) {
+  auto& e = etcd();
+  const int old = e.leader();
+  ASSERT_GE(old, 0);
+  e.etcdctl_ok({"put", "k", "before"});
+  e.kill(old);
+  EXPECT_FALSE(e.running(old));
+  const int next = e.wait_for_new_leader(old);
+  ASSERT_GE(next, 0);
+  ASSERT_NE(next, old);
+  e.etcdctl_ok({"put", "k", "during"});
+  e.restart(old);
+  EXPECT_TRUE(e.running(old));
+  ASSERT_TRUE(e.wait_healthy(10s));
+  EXPECT_TRUE(wait_until([&] { return trim(e.etcdctl({"get", "k", "--print-value-only"}, e.client_url(old)).out) == "during"; }, 5s))
+      << "the restarted member did not catch up";
+
+  const int l = e.leader();
+  ASSERT_GE(l, 0);
+  e.freeze(l);
+  EXPECT_TRUE(e.frozen(l));
+  EXPECT_EQ(process_state(e.pid(l)).value_or('?'), 'T');
+  EXPECT_GE(e.wait_for_new_leader(l), 0);
+  e.thaw(l);
+  EXPECT_FALSE(e.frozen(l));
+  EXPECT_TRUE(e.wait_healthy(10s));
+}
+
+TEST(EtcdClusterOne, SingleMember) {
+  if (auto why = EtcdCluster::missing(); !why.empty()) GTEST_SKIP() << why;
+  EtcdOptions o;
+  o.members = 1;
+  EtcdCluster e(o);
+  EXPECT_EQ(e.leader(), 0);
+  EXPECT_EQ(e.url(), "etcd://" + e.endpoint(0));
+}
+
+class EtcdClusterTlsAuthTest : public EtcdOwnTest {
+  EtcdOptions cluster_options() const override {
+    EtcdOptions o;
+    o.tls = true;
+    o.root_password = "s3cret";
+    return o;
+  }
+};
+
+TEST_F(EtcdClusterTlsAuthTest, AnswersOnlyWithCaAndPassword) {
+  auto& e = etcd();
+  EXPECT_TRUE(e.url().starts_with("etcds://127.0.0.1:")) << e.url();
+  EXPECT_TRUE(e.client_url(0).starts_with("https://"));
+  e.etcdctl_ok({"put", "a", "1"});
+  // Without the password: refused.
+  auto r = run_program({"etcdctl", "--endpoints=" + e.client_url(0), "--cacert=" + e.certs().ca_crt.string(),
+                        "--dial-timeout=2s", "--command-timeout=2s", "put", "a", "2"});
+  EXPECT_NE(r.exit_code, 0) << r;
+  // Wrong CA: refused.
+  r = run_program({"etcdctl", "--endpoints=" + e.client_url(0), "--cacert=" + e.certs().other_ca_crt.string(),
+                   "--user=root:s3cret", "--dial-timeout=2s", "--command-timeout=2s", "get", "a"});
+  EXPECT_NE(r.exit_code, 0) << r;
+  EXPECT_EQ(e.get("a"), "1");
+  EXPECT_EQ(e.url_with_user("root:s3cret"), "etcds://root:s3cret@" + e.endpoint(0) + "," + e.endpoint(1) + "," + e.endpoint(2));
+}
+
+}  // namespace
+}  // namespace fencerun::test

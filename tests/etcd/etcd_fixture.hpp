@@ -1,0 +1,279 @@
+#pragma once
+// Fixtures of the etcd tests: fencerun run against a real etcd cluster (support/etcd_cluster.hpp).
+// EtcdSharedTest shares one 3-member cluster among the tests of a suite (tests that kill or freeze
+// no member; each uses lock names of its own); EtcdOwnTest starts a cluster per test (chaos).
+// Every test has its own temp dir, the working directory of the fencerun processes it starts.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <iostream>
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "support/etcd_cluster.hpp"
+#include "support/json.hpp"
+#include "support/process.hpp"
+#include "support/util.hpp"
+
+namespace fencerun::test {
+
+inline constexpr long long kMinEtcdToken = 1'700'000'000'000'000LL;  // base from the clock in us
+inline constexpr long long kMaxSafeEtcdToken = (1LL << 53) - 1;
+
+inline const std::string kPrefix = "fencerun:";
+inline std::string wait_prefix(const std::string& name) { return kPrefix + "{" + name + "}:wait/"; }
+inline std::string base_key(const std::string& name) { return kPrefix + "{" + name + "}:base"; }
+// Every key of the lock NAME (":wait/..." and ":base").
+inline std::string lock_prefix(const std::string& name) { return kPrefix + "{" + name + "}:"; }
+
+inline bool is_lower_hex(std::string_view s) {
+  return !s.empty() && s.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+}
+
+// Holds the lock with a command that records its pid, token and a grandchild in its process group.
+inline constexpr const char* kHoldWithGrandchildEtcd =
+    "echo $$ > pid; sleep 1000 & echo $! > gpid; echo \"$FENCERUN_TOKEN\" > token; wait";
+
+// An integral JSON number (or a string of digits, as etcd's gateway writes int64s).
+inline std::optional<long long> json_int_of(const Json* j) {
+  if (!j || (j->kind != Json::Kind::Number && j->kind != Json::Kind::String)) return std::nullopt;
+  return parse_ll(j->text);
+}
+
+// Reads a decimal token from a whole line; nullopt when it is not one.
+inline std::optional<long long> token_of(const std::string& s) {
+  auto t = trim(s);
+  if (t.empty() || t.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  return parse_ll(t);
+}
+
+// The shared log of a mutual-exclusion workload: each holder's command appends "start TOKEN" when it
+// starts and "end TOKEN" when it ends (O_APPEND). Counted: acquisitions (starts), overlaps (a start
+// while another holder's section is open), equal tokens (a token started twice) and regressions (a
+// token not greater than every token started before it). A section whose run was stopped by
+// fencerun (its token in `stopped`) may have no end: the next start closes it.
+struct SectionCheck {
+  int acquisitions = 0;
+  int overlaps = 0;
+  int equal = 0;
+  int regressions = 0;
+  int malformed = 0;
+  std::string detail;  // the first problems, for messages
+  bool ok() const { return overlaps == 0 && equal == 0 && regressions == 0 && malformed == 0; }
+};
+
+inline SectionCheck check_sections(const std::string& log, const std::set<long long>& stopped = {}) {
+  SectionCheck c;
+  bool is_open = false;
+  long long open = -1;  // the token of the open section when is_open
+  long long max_seen = -1;
+  std::set<long long> seen;
+  auto note = [&](const std::string& what) {
+    if (c.detail.size() < 2000) c.detail += what + "\n";
+  };
+  for (const auto& line : split_lines(log)) {
+    if (trim(line).empty()) continue;
+    auto sp = line.find(' ');
+    auto t = sp == std::string::npos ? std::nullopt : token_of(line.substr(sp + 1));
+    const std::string kind = sp == std::string::npos ? line : line.substr(0, sp);
+    if (!t || (kind != "start" && kind != "end")) {
+      ++c.malformed;
+      note("malformed line: " + line);
+      continue;
+    }
+    if (kind == "start") {
+      ++c.acquisitions;
+      if (is_open && !stopped.contains(open)) {
+        ++c.overlaps;
+        note("start " + std::to_string(*t) + " while " + std::to_string(open) + " is open");
+      }
+      if (seen.contains(*t)) {
+        ++c.equal;
+        note("token " + std::to_string(*t) + " started twice");
+      } else if (*t <= max_seen) {
+        ++c.regressions;
+        note("token " + std::to_string(*t) + " after " + std::to_string(max_seen));
+      }
+      seen.insert(*t);
+      max_seen = std::max(max_seen, *t);
+      open = *t;
+      is_open = true;
+    } else {
+      if (!is_open || open != *t) {
+        ++c.overlaps;
+        note("end " + std::to_string(*t) + " while " + (is_open ? std::to_string(open) : std::string("none")) +
+             " is open");
+      }
+      is_open = false;
+    }
+  }
+  return c;
+}
+
+inline std::ostream& operator<<(std::ostream& os, const SectionCheck& c) {
+  return os << c.acquisitions << " acquisitions, " << c.overlaps << " overlaps, " << c.equal << " equal tokens, "
+            << c.regressions << " regressions, " << c.malformed << " malformed lines\n" << c.detail;
+}
+
+// The command of one section: prints its token, appends "start T", sleeps, appends "end T".
+inline std::string section_script(const std::string& log, const std::string& sleep = "0.02") {
+  return "echo \"$FENCERUN_TOKEN\"; echo \"start $FENCERUN_TOKEN\" >> " + log + "; sleep " + sleep +
+         "; echo \"end $FENCERUN_TOKEN\" >> " + log;
+}
+
+// The processes below `root` now (children, their children, ...), from /proc.
+inline std::vector<pid_t> descendants(pid_t root) {
+  std::vector<std::pair<pid_t, pid_t>> all;  // pid, ppid
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    auto pid = parse_ll(e.path().filename().string());
+    if (!pid) continue;
+    auto stat = read_file(e.path() / "stat");
+    if (!stat) continue;
+    auto close = stat->rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream in(stat->substr(close + 2));
+    char state = 0;
+    long long ppid = 0;
+    in >> state >> ppid;
+    all.emplace_back(static_cast<pid_t>(*pid), static_cast<pid_t>(ppid));
+  }
+  std::vector<pid_t> out;
+  std::vector<pid_t> todo = {root};
+  while (!todo.empty()) {
+    pid_t p = todo.back();
+    todo.pop_back();
+    for (auto [c, pp] : all)
+      if (pp == p) {
+        out.push_back(c);
+        todo.push_back(c);
+      }
+  }
+  return out;
+}
+
+class EtcdTestBase : public ::testing::Test {
+ protected:
+  virtual EtcdCluster& etcd() = 0;
+  virtual bool cluster_ready() const = 0;
+
+  void TearDown() override {
+    for (pid_t p : m_cleanup) kill_if_alive(p);
+    if (HasFailure() && cluster_ready()) std::cout << etcd().logs() << "\n";
+  }
+
+  const TempDir& dir() const { return m_dir; }
+  std::filesystem::path file(std::string_view name) const { return m_dir / name; }
+  void touch(std::string_view name) const { write_file(file(name), ""); }
+  void cleanup_pid(pid_t p) { m_cleanup.push_back(p); }
+
+  SpawnOptions spawn_options(EnvList env = {}) const {
+    SpawnOptions o;
+    o.env = std::move(env);
+    o.cwd = m_dir.path();
+    return o;
+  }
+
+  // -r URL OPTIONS... NAME -- sh -c SCRIPT
+  std::vector<std::string> sh_args(const std::string& name, const std::string& script,
+                                   std::vector<std::string> options = {}) {
+    return sh_args_url(etcd().url(), name, script, std::move(options));
+  }
+  static std::vector<std::string> sh_args_url(const std::string& url, const std::string& name, const std::string& script,
+                                              std::vector<std::string> options = {}) {
+    std::vector<std::string> a = {"-r", url};
+    a.insert(a.end(), options.begin(), options.end());
+    a.insert(a.end(), {name, "--", "sh", "-c", script});
+    return a;
+  }
+
+  RunResult run(std::vector<std::string> args, EnvList env = {}, Clock::duration timeout = 60s) const {
+    return run_fencerun(std::move(args), spawn_options(std::move(env)), timeout);
+  }
+  std::unique_ptr<FencerunProcess> start(std::vector<std::string> args, EnvList env = {}) const {
+    return std::make_unique<FencerunProcess>(std::move(args), spawn_options(std::move(env)));
+  }
+
+  pid_t wait_pid(std::string_view name, Clock::duration timeout = 15s) {
+    auto p = wait_for_pid_file(file(name), timeout);
+    if (!p) throw std::runtime_error("no pid in " + file(name).string() + " within deadline");
+    cleanup_pid(*p);
+    return *p;
+  }
+  std::string wait_line(std::string_view name, Clock::duration timeout = 15s) const {
+    auto l = wait_for_line(file(name), timeout);
+    if (!l) throw std::runtime_error("no line in " + file(name).string() + " within deadline");
+    return *l;
+  }
+
+  // The :wait/ keys of NAME now.
+  std::vector<std::string> waiters(const std::string& name) { return etcd().keys(wait_prefix(name)); }
+
+  // Waits (up to `timeout`, e.g. a killed run's TTL) until NAME has no :wait/ key and the cluster
+  // no lease; true when so. `what` goes into the failure message.
+  ::testing::AssertionResult nothing_left(const std::string& name, Clock::duration timeout = 3s) {
+    std::vector<std::string> k, l;
+    bool ok = wait_until(
+        [&] {
+          k = waiters(name);
+          l = etcd().leases();
+          return k.empty() && l.empty();
+        },
+        timeout, 50ms);
+    if (ok) return ::testing::AssertionSuccess();
+    std::string s;
+    for (auto& x : k) s += " key " + x;
+    for (auto& x : l) s += " lease " + x;
+    return ::testing::AssertionFailure() << "left behind in etcd for lock " << name << ":" << s;
+  }
+
+ private:
+  TempDir m_dir{"etcd-test"};
+  std::vector<pid_t> m_cleanup;
+};
+
+// One cluster for every test of the suite (started on the suite's first test).
+class EtcdSharedTest : public EtcdTestBase {
+ protected:
+  static void SetUpTestSuite() {
+    if (!EtcdCluster::missing().empty()) return;
+    s_cluster = std::make_unique<EtcdCluster>();
+  }
+  static void TearDownTestSuite() { s_cluster.reset(); }
+  void SetUp() override {
+    if (auto why = EtcdCluster::missing(); !why.empty()) GTEST_SKIP() << why;
+    ASSERT_TRUE(s_cluster) << "the suite's etcd cluster did not start";
+    ASSERT_TRUE(s_cluster->wait_healthy(10s)) << "the suite's etcd cluster is not healthy";
+  }
+  EtcdCluster& etcd() override { return *s_cluster; }
+  bool cluster_ready() const override { return s_cluster != nullptr; }
+
+ private:
+  static inline std::unique_ptr<EtcdCluster> s_cluster;
+};
+
+// A cluster of its own for each test (tests that kill, restart or freeze members).
+class EtcdOwnTest : public EtcdTestBase {
+ protected:
+  virtual EtcdOptions cluster_options() const { return {}; }
+  void SetUp() override {
+    if (auto why = EtcdCluster::missing(); !why.empty()) GTEST_SKIP() << why;
+    m_cluster = std::make_unique<EtcdCluster>(cluster_options());
+  }
+  void TearDown() override {
+    EtcdTestBase::TearDown();
+    m_cluster.reset();
+  }
+  EtcdCluster& etcd() override { return *m_cluster; }
+  bool cluster_ready() const override { return m_cluster != nullptr; }
+
+ private:
+  std::unique_ptr<EtcdCluster> m_cluster;
+};
+
+}  // namespace fencerun::test
