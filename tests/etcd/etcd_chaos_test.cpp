@@ -1,0 +1,252 @@
+// fencerun on etcd while members fail (each test its own 3-member cluster): the leader killed or
+// frozen during a hold (the job runs to its end), token order across leader changes with concurrent
+// clients, a frozen majority (the job dead before the lease's deadline, 124), a black-holed member
+// first in the URL list (the client moves on), a paused holder (the next token is greater and a
+// guard rejects the old holder's write).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <functional>
+#include <csignal>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "etcd_fixture.hpp"
+#include "support/tcp_proxy.hpp"
+#include "util/exit_code.hpp"
+
+namespace fencerun::test {
+namespace {
+
+// Records pid and token, then runs until the file `go` appears.
+constexpr const char* kHold =
+    "echo $$ > pid; echo \"$FENCERUN_TOKEN\" > token; while [ ! -e go ]; do sleep 0.05; done";
+
+class EtcdChaosTest : public EtcdOwnTest {
+ protected:
+  void TearDown() override {
+    for (int i = 0; i < etcd().size(); ++i)
+      if (etcd().frozen(i)) etcd().thaw(i);
+    EtcdOwnTest::TearDown();
+  }
+
+  // A holder with --ttl 6s through a leader change made by `change` (given the leader's index):
+  // the job keeps running for more than two TTLs after it and ends with 0.
+  void hold_through_leader_change(const std::function<void(int)>& change, const std::function<void(int)>& undo) {
+    auto h = start(sh_args("lead", kHold, {"--ttl", "6s"}));
+    const pid_t cmd = wait_pid("pid");
+    const auto token = token_of(wait_line("token"));
+    ASSERT_TRUE(token.has_value());
+    const int old = etcd().leader();
+    ASSERT_GE(old, 0);
+    change(old);
+    const int next = etcd().wait_for_new_leader(old);
+    ASSERT_GE(next, 0) << "no new leader";
+    // Two TTLs after the change: the lease was kept through another member.
+    const auto until = Clock::now() + 13s;
+    while (Clock::now() < until) {
+      ASSERT_TRUE(h->running()) << "the holder stopped during the leader change\n" << h->result();
+      ASSERT_FALSE(process_dead(cmd)) << "the command was stopped\n" << h->result();
+      std::this_thread::sleep_for(100ms);
+    }
+    undo(old);
+    touch("go");
+    auto rc = h->wait_for_exit(15s);
+    EXPECT_EQ(rc, 0) << h->result();
+    EXPECT_TRUE(etcd().wait_healthy(15s));
+    EXPECT_TRUE(nothing_left("lead", 10s));
+    // The next token is greater.
+    auto n = run({"-r", etcd().url(), "lead", "--", "printenv", "FENCERUN_TOKEN"});
+    ASSERT_EQ(n.exit_code, 0) << n;
+    EXPECT_GT(token_of(n.out).value_or(0), *token);
+  }
+};
+
+TEST_F(EtcdChaosTest, LeaderKilledDuringHold) {
+  hold_through_leader_change([&](int l) { etcd().kill(l); }, [&](int l) { etcd().restart(l); });
+}
+
+TEST_F(EtcdChaosTest, LeaderFrozenDuringHold) {
+  hold_through_leader_change([&](int l) { etcd().freeze(l); }, [&](int l) { etcd().thaw(l); });
+}
+
+// 4 clients loop `--wait` runs while the leader is killed and restarted 3 times; 200 acquisitions or
+// more: no two sections overlap, no token is repeated, none goes back.
+TEST_F(EtcdChaosTest, TokenOrderAcrossThreeLeaderChanges) {
+  constexpr int k_clients = 4, k_target = 200;
+  std::atomic<bool> stop{false};
+  std::atomic<int> acquired{0};
+  std::mutex mu;
+  std::map<int, int> codes;      // exit code -> runs
+  std::set<long long> stopped;   // tokens of runs fencerun stopped (124)
+  std::string usage_error;
+  std::vector<std::thread> clients;
+  for (int c = 0; c < k_clients; ++c)
+    clients.emplace_back([&] {
+      while (!stop) {
+        auto r = run(sh_args("order", section_script("log"), {"--wait", "20s", "--ttl", "6s", "--timeout", "1s"}), {},
+                     60s);
+        std::lock_guard lock(mu);
+        ++codes[r.exit_code];
+        auto t = token_of(split_lines(r.out).empty() ? "" : split_lines(r.out)[0]);
+        if (r.exit_code == 0) ++acquired;
+        if (r.exit_code == exit_code::k_lease_lost_default && t) stopped.insert(*t);
+        if (r.exit_code == exit_code::k_usage) {
+          usage_error = r.describe();
+          return;
+        }
+      }
+    });
+  auto finish = [&] {
+    stop = true;
+    for (auto& t : clients) t.join();
+  };
+  int changes = 0;
+  const auto deadline = Clock::now() + 150s;
+  for (int round = 0; round < 3; ++round) {
+    // Let a share of the acquisitions happen between changes.
+    const int want = (round + 1) * k_target / 4;
+    wait_until([&] { return acquired >= want || !usage_error.empty() || Clock::now() > deadline; }, 150s, 20ms);
+    if (!usage_error.empty() || Clock::now() > deadline) break;
+    const int old = etcd().leader();
+    if (old < 0) break;
+    etcd().kill(old);
+    if (etcd().wait_for_new_leader(old) < 0) break;
+    const int after_kill = acquired;
+    wait_until([&] { return acquired >= after_kill + 10 || Clock::now() > deadline; }, 60s, 20ms);
+    etcd().restart(old);
+    ++changes;
+  }
+  wait_until([&] { return acquired >= k_target || !usage_error.empty() || Clock::now() > deadline; }, 150s, 20ms);
+  finish();
+  ASSERT_TRUE(usage_error.empty()) << usage_error;
+  std::string summary;
+  for (auto [code, n] : codes) summary += " exit " + std::to_string(code) + ": " + std::to_string(n) + ";";
+  auto check = check_sections(read_file(file("log")).value_or(""), stopped);
+  EXPECT_EQ(changes, 3) << summary;
+  EXPECT_GE(check.acquisitions, k_target) << summary << "\n" << check;
+  EXPECT_EQ(check.regressions, 0) << check;
+  EXPECT_EQ(check.equal, 0) << check;
+  EXPECT_EQ(check.overlaps, 0) << check;
+  EXPECT_EQ(check.malformed, 0) << check;
+  EXPECT_TRUE(etcd().wait_healthy(15s));
+  EXPECT_TRUE(nothing_left("order", 10s));
+  std::cout << "token order across " << changes << " leader changes: " << check.acquisitions << " acquisitions, "
+            << check.regressions << " regressions, " << check.equal << " equal;" << summary << "\n";
+}
+
+// Two of three members frozen during a hold with --ttl 4s: the command and its grandchild are dead
+// within 4 s of the freeze (the lease's deadline is at most that), and fencerun exits 124.
+TEST_F(EtcdChaosTest, MajorityFrozenStopsTheJobBeforeTheDeadline) {
+  auto h = start(sh_args("major", kHoldWithGrandchildEtcd, {"--ttl", "4s"}));
+  const pid_t cmd = wait_pid("pid");
+  const pid_t grandchild = wait_pid("gpid");
+  wait_line("token");
+  const int l = etcd().leader();
+  ASSERT_GE(l, 0);
+  const int other = (l + 1) % 3;
+  const auto t0 = Clock::now();
+  etcd().freeze(l);
+  etcd().freeze(other);
+  const auto deadline = t0 + 4s;
+  EXPECT_TRUE(wait_dead(cmd, deadline - Clock::now())) << "the command outlived the lease's deadline\n" << h->result();
+  EXPECT_TRUE(wait_dead(grandchild, std::max<Clock::duration>(deadline - Clock::now(), 0s)))
+      << "the grandchild outlived the lease's deadline";
+  auto rc = h->wait_for_exit(10s);
+  EXPECT_EQ(rc, exit_code::k_lease_lost_default) << h->result();
+  EXPECT_LT(ms_between(t0, h->exited_at()), 4000 + 3000) << h->result();
+  etcd().thaw(l);
+  etcd().thaw(other);
+  ASSERT_TRUE(etcd().wait_healthy(15s));
+  EXPECT_TRUE(nothing_left("major", 15s)) << "the lost lease and its key go once the cluster is back";
+}
+
+// Member 0, first in the URL list, reached through a proxy that black-holes it (accepts, never
+// answers, no RST): runs acquire through the others within --timeout, and a holder whose member
+// becomes a black hole keeps its lease.
+TEST_F(EtcdChaosTest, BlackHoledMemberFirstInList) {
+  TcpProxy proxy(etcd().client_port(0));
+  const std::string url = "etcd://127.0.0.1:" + std::to_string(proxy.port()) + "," + etcd().endpoint(1) + "," +
+                          etcd().endpoint(2);
+  // A holder connected through the proxy while it passes through; then the member goes dark.
+  auto h = start(sh_args_url(url, "hole", kHold, {"--ttl", "6s", "--timeout", "1s"}));
+  const pid_t cmd = wait_pid("pid");
+  const auto token = token_of(wait_line("token"));
+  ASSERT_TRUE(token.has_value());
+  proxy.set_mode(TcpProxy::Mode::black_hole);
+  const auto until = Clock::now() + 10s;
+  while (Clock::now() < until) {
+    ASSERT_TRUE(h->running()) << "the holder stopped while its member was black-holed\n" << h->result();
+    ASSERT_FALSE(process_dead(cmd));
+    std::this_thread::sleep_for(100ms);
+  }
+  touch("go");
+  EXPECT_EQ(h->wait_for_exit(15s), 0) << h->result();
+
+  // New runs with the black hole first in the list acquire within about --timeout.
+  long long prev = *token;
+  for (int i = 0; i < 3; ++i) {
+    auto r = run({"-r", url, "--timeout", "1s", "hole", "--", "printenv", "FENCERUN_TOKEN"}, {}, 30s);
+    ASSERT_EQ(r.exit_code, 0) << r;
+    EXPECT_LT(r.elapsed, 4000ms) << r;
+    auto t = token_of(r.out);
+    ASSERT_TRUE(t.has_value()) << r;
+    EXPECT_GT(*t, prev);
+    prev = *t;
+  }
+  EXPECT_GT(proxy.connections(), 0) << "the proxy was never tried";
+  EXPECT_TRUE(nothing_left("hole", 10s));
+}
+
+// fencerun, its watchdog and its command frozen (SIGSTOP) past the TTL: the next run acquires with
+// a greater token and writes the guarded counter; the old holder, thawed, is stopped (124), and its
+// write through the guard is rejected (77).
+TEST_F(EtcdChaosTest, PausedHolderIsFencedOff) {
+  const EnvList env = {{"FENCERUN", fencerun_binary()}};
+  // Each holder reads the counter, writes it + 1 through the guard, records its token.
+  const std::string incr =
+      "n=$(cat counter 2>/dev/null || echo 0); printf '%s\\n' $((n + 1)) | \"$FENCERUN\" fence file counter; ";
+  auto a = start(sh_args("paused", incr + "echo $$ > pid; echo \"$FENCERUN_TOKEN\" > token; "
+                                         "while [ ! -e go ]; do sleep 0.05; done",
+                         {"--ttl", "3s"}),
+                 env);
+  const pid_t cmd = wait_pid("pid");
+  const auto token_a = token_of(wait_line("token"));
+  ASSERT_TRUE(token_a.has_value());
+  ASSERT_EQ(trim(read_file(file("counter")).value_or("")), "1");
+  // Freeze the whole holder: fencerun, its watchdog, the command's process group.
+  std::vector<pid_t> frozen = {a->pid()};
+  for (pid_t p : descendants(a->pid())) frozen.push_back(p);
+  if (auto pg = process_group(cmd)) ::kill(-*pg, SIGSTOP);
+  for (pid_t p : frozen) ::kill(p, SIGSTOP);
+  const auto frozen_at = Clock::now();
+
+  auto b = run(sh_args("paused", incr + "echo \"$FENCERUN_TOKEN\" > token-b", {"--wait", "20s", "--ttl", "3s"}), env,
+               30s);
+  ASSERT_EQ(b.exit_code, 0) << b;
+  EXPECT_GE(ms_between(frozen_at, Clock::now()), 1500) << "the next run acquired long before the old lease could expire";
+  const auto token_b = token_of(read_file(file("token-b")).value_or(""));
+  ASSERT_TRUE(token_b.has_value());
+  EXPECT_GT(*token_b, *token_a);
+  EXPECT_EQ(trim(read_file(file("counter")).value_or("")), "2");
+
+  // Thaw the old holder: it finds its lease lost and stops the command.
+  for (pid_t p : frozen) ::kill(p, SIGCONT);
+  if (auto pg = process_group(cmd)) ::kill(-*pg, SIGCONT);
+  auto rc = a->wait_for_exit(10s);
+  EXPECT_EQ(rc, exit_code::k_lease_lost_default) << a->result();
+  EXPECT_TRUE(wait_dead(cmd, 5s));
+
+  // The old holder's write (counter 1 + 1 with its token), arriving now: rejected, counter unchanged.
+  write_file(file("stale-in"), "2\n");
+  SpawnOptions so = spawn_options({{"FENCERUN_TOKEN", std::to_string(*token_a)}});
+  so.stdin_file = file("stale-in");
+  auto stale = run_fencerun({"fence", "file", "counter"}, so, 30s);
+  EXPECT_EQ(stale.exit_code, exit_code::k_fence_stale) << stale;
+  EXPECT_EQ(trim(read_file(file("counter")).value_or("")), "2");
+  EXPECT_TRUE(nothing_left("paused", 6s));
+}
+
+}  // namespace
+}  // namespace fencerun::test
