@@ -110,3 +110,41 @@ TEST_F(EtcdClusterTlsAuthTest, AnswersOnlyWithCaAndPassword) {
 
 }  // namespace
 }  // namespace fencerun::test
+
+namespace fencerun::test {
+namespace {
+
+// The checker of the mutual-exclusion log the etcd tests use.
+TEST(EtcdSectionCheck, CountsOverlapsEqualTokensAndRegressions) {
+  auto ok = check_sections("start 5\nend 5\nstart 7\nend 7\n");
+  EXPECT_TRUE(ok.ok()) << ok;
+  EXPECT_EQ(ok.acquisitions, 2);
+  auto overlap = check_sections("start 5\nstart 7\nend 5\nend 7\n");
+  EXPECT_GE(overlap.overlaps, 1) << overlap;
+  auto equal = check_sections("start 5\nend 5\nstart 5\nend 5\n");
+  EXPECT_EQ(equal.equal, 1) << equal;
+  auto back = check_sections("start 7\nend 7\nstart 5\nend 5\n");
+  EXPECT_EQ(back.regressions, 1) << back;
+  // A section fencerun stopped (124) has no end: the next start closes it.
+  auto stopped = check_sections("start 5\nstart 7\nend 7\n", {5});
+  EXPECT_TRUE(stopped.ok()) << stopped;
+  auto not_stopped = check_sections("start 5\nstart 7\nend 7\n");
+  EXPECT_EQ(not_stopped.overlaps, 1) << not_stopped;
+  EXPECT_EQ(check_sections("start x\n").malformed, 1);
+}
+
+// descendants() finds a child's children.
+TEST(EtcdSectionCheck, DescendantsOfAProcess) {
+  TempDir d("desc");
+  SpawnOptions so;
+  so.cwd = d.path();
+  Process p({"sh", "-c", "sleep 30 & echo $! > gpid; wait"}, so);
+  auto g = wait_for_pid_file(d / "gpid", 10s);
+  ASSERT_TRUE(g.has_value());
+  auto ds = descendants(p.pid());
+  EXPECT_NE(std::find(ds.begin(), ds.end(), *g), ds.end());
+  kill_if_alive(*g);
+}
+
+}  // namespace
+}  // namespace fencerun::test

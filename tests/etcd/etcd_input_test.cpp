@@ -70,6 +70,36 @@ class GarbageServer {
   std::thread m_thread;
 };
 
+// A TCP listener that never accepts: connections complete (the kernel's backlog) and nothing ever
+// answers, nor is any reset sent.
+class SilentServer {
+ public:
+  SilentServer() {
+    for (int attempt = 0; attempt < 20 && m_fd < 0; ++attempt) {
+      int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      m_port = pick_free_port();
+      a.sin_port = htons(static_cast<uint16_t>(m_port));
+      if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::listen(fd, 64) == 0) {
+        m_fd = fd;
+      } else {
+        ::close(fd);
+      }
+    }
+    if (m_fd < 0) throw std::runtime_error("SilentServer: cannot listen");
+  }
+  ~SilentServer() { ::close(m_fd); }
+  SilentServer(const SilentServer&) = delete;
+  SilentServer& operator=(const SilentServer&) = delete;
+  int port() const { return m_port; }
+
+ private:
+  int m_fd = -1;
+  int m_port = 0;
+};
+
 class EtcdInputTest : public EtcdSharedTest {
  protected:
   // The run of `url` did not start its command and left nothing for NAME in the suite's cluster.
@@ -118,6 +148,14 @@ TEST_F(EtcdInputTest, UnreachableMembersAreUnavailableWithinTimeout) {
   auto r = run(sh_args_url(url, "unreach", "echo ran > ran", {"--timeout", "1s"}));
   EXPECT_EQ(r.exit_code, exit_code::k_unavailable) << r;
   EXPECT_LT(r.elapsed, 4000ms) << "about --timeout per member\n" << r;
+  // Members that accept and never answer: about --timeout each.
+  SilentServer a, b;
+  const std::string silent =
+      "etcd://127.0.0.1:" + std::to_string(a.port()) + ",127.0.0.1:" + std::to_string(b.port());
+  auto q = run(sh_args_url(silent, "unreach", "echo ran > ran", {"--timeout", "1s"}));
+  EXPECT_EQ(q.exit_code, exit_code::k_unavailable) << q;
+  EXPECT_GE(q.elapsed, 900ms) << q;
+  EXPECT_LT(q.elapsed, 4500ms) << "about --timeout per member\n" << q;
   auto s = run({"status", "-r", url, "--timeout", "1s", "unreach"});
   EXPECT_EQ(s.exit_code, exit_code::k_unavailable) << s;
   auto l = run({"list", "-r", url, "--timeout", "1s"});
