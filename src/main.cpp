@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (options.subcommand == config::Subcommand::version) {
-      std::printf("fencerun %s\nhiredis %s\nfeatures: tcp unix tls sentinel cluster\n", FENCERUN_VERSION,
+      std::printf("fencerun %s\nhiredis %s\nfeatures: tcp unix tls sentinel cluster etcd\n", FENCERUN_VERSION,
                   redis::hiredis_version().c_str());
       if (options.redis_urls.empty()) return 0;
       std::fflush(stdout);
@@ -76,11 +76,11 @@ int main(int argc, char** argv) {
     auto config = config::make_config(options, get_env, supervisor::parse_signal);
     log::init(to_log_level(config.common.log_level),
               config.common.log_format == config::LogFormat::json ? log::Format::json : log::Format::text);
-    if (config.common.endpoint.tls.insecure)
+    if (config.common.etcd ? config.common.etcd->tls_settings.insecure : config.common.endpoint.tls.insecure)
       log::event(log::Level::warn, "tls_insecure", "TLS certificate verification is disabled (--tls-insecure)");
     // $REDIS_URL is often an application's own setting: say which source chose the server.
     log::event(config.common.url_source == "$REDIS_URL" ? log::Level::info : log::Level::debug, "redis_url",
-               "using Redis at " + config.common.redacted_url + " (from " + config.common.url_source + ")",
+               std::string("using ") + config.common.server_kind() + " at " + config.common.redacted_url + " (from " + config.common.url_source + ")",
                {{"source", config.common.url_source}});
     if (config.subcommand == config::Subcommand::status) return app::status(config);
     if (config.subcommand == config::Subcommand::acl) return app::acl(config);

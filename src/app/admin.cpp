@@ -26,9 +26,9 @@ void print(const std::string& s) {
 
 int unavailable(const config::Config& c, const redis::Error& e, const std::string& lock = {}) {
   if (lock.empty())
-    log::event(log::Level::error, "redis_unavailable", "cannot use Redis at " + c.common.redacted_url + ": " + e.message);
+    log::event(log::Level::error, "redis_unavailable", std::string("cannot use ") + c.common.server_kind() + " at " + c.common.redacted_url + ": " + e.message);
   else
-    log::event(log::Level::error, "redis_unavailable", "cannot use Redis at " + c.common.redacted_url + ": " + e.message,
+    log::event(log::Level::error, "redis_unavailable", std::string("cannot use ") + c.common.server_kind() + " at " + c.common.redacted_url + ": " + e.message,
                {{"lock", lock}});
   return exit_code::k_unavailable;
 }

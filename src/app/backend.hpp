@@ -9,7 +9,7 @@ namespace fencerun::app {
 
 inline std::unique_ptr<lease::Backend> backend_for(const config::CommonConfig& c) {
   return lease::make_backend(
-      {c.endpoint, c.redacted_url, c.servers, c.server_urls, c.key_prefix, c.timeout, c.quorum_max_ttl});
+      {c.etcd, c.endpoint, c.redacted_url, c.servers, c.server_urls, c.key_prefix, c.timeout, c.quorum_max_ttl});
 }
 
 }  // namespace fencerun::app

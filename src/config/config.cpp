@@ -159,6 +159,32 @@ RedisEndpoint endpoint_option(const std::string& url, const Options& o, const Ge
   return e;
 }
 
+// An etcd URL with the password of the environment and the TLS options.
+etcd::EtcdEndpoint etcd_option(const std::string& url, const Options& o, const GetEnv& getenv,
+                               std::string_view source) {
+  auto endpoint = etcd::parse_etcd_url(url);
+  if (!endpoint) {
+    std::string message = std::string(source) + ": " + endpoint.error();
+    if (url.find('@') != std::string::npos)
+      message += " (a password with '@', ':', ',' or '/' must be percent-encoded, or given in $FENCERUN_ETCD_PASSWORD)";
+    throw UsageError(message);
+  }
+  etcd::EtcdEndpoint e = std::move(*endpoint);
+  if (!e.password && !e.user.empty()) {
+    auto pw = getenv("FENCERUN_ETCD_PASSWORD");
+    if (pw && !pw->empty()) e.password = *pw;
+  }
+  if (!e.user.empty() && !e.password)
+    throw UsageError(std::string(source) + ": no password for etcd user '" + e.user + "': give it in the URL (etcd://" +
+                     e.user + ":PASSWORD@...) or in $FENCERUN_ETCD_PASSWORD");
+  e.tls_settings.ca_file = o.tls_ca_file;
+  e.tls_settings.cert_file = o.tls_cert;
+  e.tls_settings.key_file = o.tls_key;
+  e.tls_settings.server_name = o.tls_server_name;
+  e.tls_settings.insecure = o.tls_insecure;
+  return e;
+}
+
 // ---- The connection shared with the job: a sealed memfd, inherited by the command's processes.
 
 constexpr std::string_view k_shared_magic = "fencerun-connection 1\n";
@@ -269,6 +295,9 @@ CommonConfig make_common_config(const Options& o, const GetEnv& getenv) {
   // servers: the environment and the default name one.
   std::string url = o.redis_urls.size() == 1 ? o.redis_urls.front() : "";
   c.url_source = "--redis";
+  if (o.redis_urls.size() > 1 && std::ranges::any_of(o.redis_urls, etcd::is_etcd_url))
+    throw UsageError("--redis: an etcd URL names one cluster; give its members in one URL, separated by commas "
+                     "(etcd://HOST:PORT,HOST:PORT,...)");
   if (o.redis_urls.size() > 1) {
     for (const auto& u : o.redis_urls) c.servers.push_back(endpoint_option(u, o, getenv));
     check_quorum(c.servers);
@@ -281,14 +310,18 @@ CommonConfig make_common_config(const Options& o, const GetEnv& getenv) {
       throw UsageError("$FENCERUN_REDIS_URL names several servers (set by a quorum-mode fencerun); give the server "
                        "to use with -r URL");
   }
+  if (etcd::is_etcd_url(url)) {
+    c.etcd = etcd_option(url, o, getenv, c.url_source);
+    c.redacted_url = etcd::redacted_url(*c.etcd);
+  }
   // Inside a run's job: the run's password and TLS settings, from the descriptor it shared.
   std::optional<Inherited> inherited;
   if (!url.empty() && c.url_source == "$FENCERUN_REDIS_URL") inherited = read_inherited(getenv, url);
   if (url.empty()) url = getenv("REDIS_URL").value_or(""), c.url_source = "$REDIS_URL";
   if (url.empty()) url = "redis://127.0.0.1:6379", c.url_source = "the default";
-  c.endpoint = endpoint_option(url, o, getenv, c.url_source, inherited ? &*inherited : nullptr);
+  if (!c.etcd) c.endpoint = endpoint_option(url, o, getenv, c.url_source, inherited ? &*inherited : nullptr);
   if (!o.tls_key.empty() && o.tls_cert.empty()) throw UsageError("--tls-key: needs --tls-cert as well");
-  c.redacted_url = redacted_url(c.endpoint);
+  if (!c.etcd) c.redacted_url = redacted_url(c.endpoint);
   if (!c.servers.empty()) {
     c.redacted_url.clear();
     for (const auto& s : c.servers) {
@@ -317,6 +350,7 @@ CommonConfig make_common_config(const Options& o, const GetEnv& getenv) {
 
 int share_connection(const CommonConfig& c) {
   if (!c.servers.empty()) return -1;  // quorum mode: a nested command names its server with -r
+  if (c.etcd) return -1;              // etcd: nested fencerun commands name their server with -r
   const RedisEndpoint& e = c.endpoint;
   auto absolute = [](const std::string& path) {
     if (path.empty()) return path;
@@ -348,6 +382,18 @@ int share_connection(const CommonConfig& c) {
   return fd;
 }
 
+// A run on etcd: an etcd lease lives whole seconds, at least etcd's minimum; one holder at a time.
+void check_etcd_run(const RunConfig& run, const Options& o) {
+  const milliseconds ttl = run.timing.ttl;
+  if (ttl % milliseconds(1000) != milliseconds::zero() || ttl < k_etcd_min_ttl)
+    throw UsageError("--ttl: on etcd a lease lives whole seconds, at least " + format_duration(k_etcd_min_ttl) +
+                     " (etcd's minimum lease TTL), got " + o.ttl);
+  if (run.limit > 1) throw UsageError("--limit: only 1 on etcd, got " + o.limit);
+  if (run.min_replicas > 0)
+    throw UsageError("--min-replicas: not needed on etcd: a write is acknowledged only once a majority of the "
+                     "cluster's members has it in its Raft log");
+}
+
 void check_tls_files(const TlsSettings& tls) {
   readable_file_option("--tls-ca-file", tls.ca_file);
   readable_file_option("--tls-cert", tls.cert_file);
@@ -360,11 +406,22 @@ Config make_config(const Options& o, const GetEnv& getenv, const ParseSignal& pa
   c.json = o.json;
 
   c.common = make_common_config(o, getenv);
-  check_tls_files(c.common.endpoint.tls);
+  const bool on_etcd = c.common.etcd.has_value();
+  check_tls_files(on_etcd ? c.common.etcd->tls_settings : c.common.endpoint.tls);
   // TLS options on a plain connection would be ignored: the user meant TLS.
   const bool tls_options = !o.tls_ca_file.empty() || !o.tls_cert.empty() || !o.tls_key.empty() ||
                            !o.tls_server_name.empty() || o.tls_insecure;
-  if (tls_options && !uses_tls(c.common.endpoint))
+  if (on_etcd && tls_options && !c.common.etcd->tls)
+    throw UsageError("--tls-*: TLS options given, but " + c.common.url_source + " names " + c.common.redacted_url +
+                     ", not a TLS URL (use etcds://)");
+  if (on_etcd && o.subcommand == Subcommand::bump)
+    throw UsageError("bump: not needed on etcd: a token is the lock's base plus its key's create_revision, which "
+                     "etcd's Raft log never lowers (a lock moved from Redis keeps its guards working through the base; "
+                     "see ETCD in fencerun(1))");
+  if (on_etcd && o.subcommand == Subcommand::acl)
+    throw UsageError("acl: prints Redis ACL rules; on etcd, grant the user readwrite on the key prefix (see ETCD in "
+                     "fencerun(1))");
+  if (!on_etcd && tls_options && !uses_tls(c.common.endpoint))
     throw UsageError("--tls-*: TLS options given, but " + c.common.url_source + " names " +
                      c.common.redacted_url + ", not a TLS URL (use rediss:// or rediss+sentinel://)");
   const bool quorum = !c.common.servers.empty();
@@ -448,6 +505,7 @@ Config make_config(const Options& o, const GetEnv& getenv, const ParseSignal& pa
   if (quorum && c.run.min_replicas > 0)
     throw UsageError("--min-replicas: not supported in quorum mode (several --redis servers): a majority of "
                      "independent servers takes the place of replica acknowledgement");
+  if (on_etcd) check_etcd_run(c.run, o);
   if (c.run.min_replicas > 0 && c.run.replica_timeout * 2 >= c.run.timing.ttl)
     throw UsageError("--replica-timeout: " + format_duration(c.run.replica_timeout) +
                      " must be shorter than half of --ttl " + format_duration(c.run.timing.ttl));

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "config/options.hpp"
+#include "etcd/url.hpp"
 #include "redis/url.hpp"
 #include "lease/timing.hpp"
 
@@ -35,7 +36,14 @@ enum class LogLevel { debug, info, warn, error };
 // share a server).
 inline constexpr std::size_t k_max_quorum_servers = 7;
 
+// etcd's minimum lease TTL with its default election timeout (a TTL below it is raised by the server).
+inline constexpr milliseconds k_etcd_min_ttl{2000};
+
 struct CommonConfig {
+  // etcd://... or etcds://...: the locks live on an etcd cluster (the Redis fields below are unused).
+  std::optional<etcd::EtcdEndpoint> etcd;
+  // What the locks live on, for messages: "etcd" or "Redis".
+  const char* server_kind() const { return etcd ? "etcd" : "Redis"; }
   RedisEndpoint endpoint;    // in quorum mode the first server's
   std::string redacted_url;  // in quorum mode every server's, separated by spaces
   // Quorum mode (-r given 3, 5 or 7 times): every server in the order given, and its redacted URL.

@@ -7,10 +7,12 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "etcd/url.hpp"
 #include "lease/lease.hpp"
 #include "lease/lease_client.hpp"
 #include "redis/client.hpp"
@@ -22,6 +24,7 @@ namespace fencerun::lease {
 // configuration's own fields, which must outlive the backend built from it (a lease copies what it
 // keeps).
 struct BackendTarget {
+  const std::optional<etcd::EtcdEndpoint>& etcd;  // etcd://: the cluster (the Redis fields are unused)
   const redis::RedisEndpoint& endpoint;  // the server; in quorum mode the first one's
   const std::string& redacted_url;       // for messages and FENCERUN_REDIS_URL: never a password
   // Quorum mode (-r given 3, 5 or 7 times): every server in the order given, and its redacted URL.

@@ -29,6 +29,12 @@ std::string holder_text(const SlotHolder& s);
 // A listed lock's JSON members, without the closing brace (quorum mode adds its own).
 std::string list_json_fields(const std::string& name, const LockStatus& s);
 
+// status's answer for one lock (JSON, one line; or text), and list's line for it: the same for every
+// backend that has one view of a lock (Redis, etcd).
+std::string status_json(const std::string& lock, const LockStatus& s);
+std::string status_text(const std::string& lock, const LockStatus& s);
+std::string list_text(const std::string& name, const LockStatus& s);
+
 // Quorum mode: what each server says, and what a majority says. A server list that differs between
 // clients shows here as servers that disagree.
 struct QuorumView {

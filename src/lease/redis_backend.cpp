@@ -14,48 +14,6 @@ namespace {
 
 using std::chrono::milliseconds;
 
-std::string status_json(const std::string& lock, const LockStatus& s) {
-  std::string out = "{\"lock\":\"" + log::json_escape(lock) + "\",\"held\":" + (s.holders.empty() ? "false" : "true");
-  // The plain lock's holder, as before there were slots.
-  if (s.limit == 1 && !s.holders.empty()) out += "," + holder_json(s.holders.front());
-  out += ",\"limit\":" + std::to_string(s.limit) + ",\"holders\":[";
-  for (std::size_t i = 0; i < s.holders.size(); ++i)
-    out += std::string(i ? "," : "") + "{\"slot\":" + std::to_string(s.holders[i].slot) + "," +
-           holder_json(s.holders[i]) + "}";
-  out += "],\"waiters\":" + std::to_string(s.waiters) + ",\"last_token\":" + number_or_null(s.last_token) + "}\n";
-  return out;
-}
-
-std::string status_text(const std::string& lock, const LockStatus& s) {
-  std::string out;
-  const std::string last = "last token: " + (s.last_token ? std::to_string(*s.last_token) : std::string("none")) + "\n";
-  // The plain lock's lines are those of before there were slots, with the waiters when there are any.
-  const std::string waiters = "waiters: " + std::to_string(s.waiters) + "\n";
-  const std::string plain_waiters = s.waiters > 0 ? waiters : std::string();
-  if (s.holders.empty()) return lock + ": free\n" + plain_waiters + last;
-  if (s.limit == 1) {
-    const auto& h = s.holders.front();
-    return lock + ": held by " + who(h.holder) + "\ntoken: " + token_text(h.holder) + "\nttl: " + ttl_text(h) + "\n" +
-           plain_waiters + last;
-  }
-  out = lock + ": " + std::to_string(s.holders.size()) + " of " + std::to_string(s.limit) + " slots held\n";
-  for (const auto& h : s.holders)
-    out += "slot " + std::to_string(h.slot) + ": " + who(h.holder) + ", token " + token_text(h.holder) + ", ttl " +
-           ttl_text(h) + "\n";
-  return out + waiters + last;
-}
-
-std::string list_text(const std::string& name, const LockStatus& s) {
-  const std::string tail = (s.waiters > 0 ? ", " + std::to_string(s.waiters) + " waiting" : std::string()) +
-                           ", last token " + (s.last_token ? std::to_string(*s.last_token) : std::string("none"));
-  if (s.holders.empty()) return name + ": free" + tail + "\n";
-  if (s.limit == 1) return name + ": held by " + holder_text(s.holders.front()) + tail + "\n";
-  std::string out = name + ": " + std::to_string(s.holders.size()) + " of " + std::to_string(s.limit) + " slots held" +
-                    tail + "\n";
-  for (const auto& h : s.holders) out += "  slot " + std::to_string(h.slot) + ": " + holder_text(h) + "\n";
-  return out;
-}
-
 class RedisBackend final : public Backend {
  public:
   explicit RedisBackend(const BackendTarget& target) : m_target(target) {}

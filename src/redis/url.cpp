@@ -12,6 +12,8 @@ int hex_value(char c) {
   return -1;
 }
 
+}  // namespace
+
 std::optional<std::string> percent_decode(std::string_view in) {
   std::string out;
   out.reserve(in.size());
@@ -45,6 +47,8 @@ std::string percent_encode_user(std::string_view in) {
   }
   return out;
 }
+
+namespace {
 
 std::expected<int, std::string> parse_db(std::string_view text) {
   int db = -1;
@@ -80,6 +84,8 @@ std::expected<void, std::string> apply_query(std::string_view query, RedisEndpoi
   return {};
 }
 
+}  // namespace
+
 // host[:port] or [v6]:port; `port` keeps its value when the text has none.
 std::expected<void, std::string> parse_host_port(std::string_view authority, std::string& host, std::uint16_t& port) {
   std::string_view h = authority;
@@ -114,8 +120,6 @@ std::expected<void, std::string> parse_host_port(std::string_view authority, std
   }
   return {};
 }
-
-}  // namespace
 
 std::expected<RedisEndpoint, std::string> parse_redis_url(std::string_view url) {
   RedisEndpoint ep;

@@ -43,6 +43,13 @@ struct RedisEndpoint {
   std::optional<std::string> sentinel_password;  // $FENCERUN_SENTINEL_PASSWORD; never logged
 };
 
+// The pieces of URL parsing that the etcd URLs (etcd/url.hpp) share. percent_decode: nullopt on a bad
+// escape. percent_encode_user: all but unreserved characters escaped. parse_host_port: host[:port] or
+// [v6]:port; `port` keeps its value when the text has none.
+std::optional<std::string> percent_decode(std::string_view in);
+std::string percent_encode_user(std::string_view in);
+std::expected<void, std::string> parse_host_port(std::string_view authority, std::string& host, std::uint16_t& port);
+
 // Parses a URL. Errors name what is wrong and quote nothing from the URL but its scheme, so a password
 // with unencoded delimiters cannot leak into a message.
 std::expected<RedisEndpoint, std::string> parse_redis_url(std::string_view url);

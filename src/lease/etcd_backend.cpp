@@ -1,0 +1,228 @@
+#include "lease/etcd_backend.hpp"
+
+#include <fnmatch.h>
+
+#include <charconv>
+#include <cstdio>
+#include <map>
+
+#include "etcd/client.hpp"
+#include "lease/etcd_lease.hpp"
+#include "lease/lock_view.hpp"
+#include "lease/lock_walk.hpp"
+#include "log/log.hpp"
+#include "util/exit_code.hpp"
+
+namespace fencerun::lease {
+namespace {
+
+using etcd::Client;
+using etcd::KeyValue;
+using std::chrono::milliseconds;
+
+std::optional<std::uint64_t> parse_u64(std::string_view s) {
+  std::uint64_t v = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc{} || ptr != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+// What a key's value says of its holder ("OWNER PID HOST").
+Holder holder_of(const KeyValue& kv, std::optional<std::uint64_t> base) {
+  Holder h;
+  std::string_view v = kv.value;
+  const auto sp = v.find(' ');
+  h.owner = std::string(v.substr(0, sp));
+  v = sp == std::string_view::npos ? std::string_view{} : v.substr(sp + 1);
+  const auto sp2 = v.find(' ');
+  if (auto pid = parse_u64(v.substr(0, sp2))) h.pid = static_cast<long>(*pid);
+  h.host = sp2 == std::string_view::npos ? std::string() : std::string(v.substr(sp2 + 1));
+  if (base) h.token = *base + static_cast<std::uint64_t>(kv.create_revision);
+  return h;
+}
+
+// One lock's keys as read: its holders' and waiters' keys (by create_revision) and its base.
+struct LockKeys {
+  std::vector<KeyValue> queue;
+  std::optional<std::uint64_t> base;
+};
+
+class EtcdBackend final : public Backend {
+ public:
+  explicit EtcdBackend(const BackendTarget& target) : m_target(target), m_client(*target.etcd) {}
+
+  std::unique_ptr<Lease> lease(LeaseRequest request) const override {
+    return make_etcd_lease({*m_target.etcd, m_target.redacted_url, m_target.key_prefix}, std::move(request));
+  }
+
+  int status(const std::string& lock, bool json) const override {
+    auto s = const_cast<EtcdBackend*>(this)->holders(lock);
+    if (!s) {
+      unavailable(s.error(), lock);
+      return exit_code::k_unavailable;
+    }
+    print(json ? status_json(lock, *s) : status_text(lock, *s));
+    return s->holders.empty() ? exit_code::k_status_free : 0;
+  }
+
+  int list(const ListRequest& request) const override {
+    auto& client = const_cast<Client&>(m_client);
+    // Every key under the prefix, a page at a time, grouped by lock NAME.
+    std::map<std::string, LockKeys> locks;
+    const std::string& prefix = m_target.key_prefix;
+    const std::string end = etcd::prefix_end(prefix);
+    std::string from = prefix;
+    Progress progress;
+    std::size_t seen = 0;
+    for (;;) {
+      auto page = client.range({from, end, etcd::Sort::none, 1000, 0}, BootClock::now() + m_target.timeout);
+      if (!page) {
+        unavailable(page.error());
+        return exit_code::k_unavailable;
+      }
+      for (const auto& kv : page->kvs) {
+        std::string_view k = kv.key;
+        k.remove_prefix(prefix.size());
+        if (!k.starts_with('{')) continue;
+        const auto close = k.find("}:");
+        if (close == std::string_view::npos) continue;
+        const std::string name(k.substr(1, close - 1));
+        const std::string_view rest = k.substr(close + 2);
+        if (fnmatch(request.pattern.c_str(), name.c_str(), 0) != 0) continue;
+        if (rest == "base") locks[name].base = parse_u64(kv.value);
+        else if (rest.starts_with("wait/")) locks[name].queue.push_back(kv);
+      }
+      seen += page->kvs.size();
+      progress.update(seen, locks.size());
+      if (page->kvs.size() < 1000) break;
+      from = page->kvs.back().key + std::string(1, '\0');
+    }
+    bool any_held = false;
+    std::vector<std::string> entries;
+    for (auto& [name, keys] : locks) {
+      auto s = view(keys);
+      if (!s) {
+        unavailable(s.error(), name);
+        return exit_code::k_unavailable;
+      }
+      const bool held = !s->holders.empty();
+      any_held = any_held || held;
+      if (!held && !request.all) continue;
+      entries.push_back(request.json ? list_json_fields(name, *s) + "}" : list_text(name, *s));
+    }
+    progress.finish();
+    print(joined(entries, request.json));
+    return any_held ? 0 : exit_code::k_status_free;
+  }
+
+  int server_version() const override {
+    auto& client = const_cast<Client&>(m_client);
+    const auto& ep = *m_target.etcd;
+    bool all = true;
+    std::string lines;
+    std::optional<std::uint64_t> leader;
+    std::map<std::uint64_t, std::string> names;
+    std::vector<std::optional<etcd::MemberStatus>> statuses;
+    for (std::size_t i = 0; i < ep.members.size(); ++i) {
+      auto st = client.member_status(i, BootClock::now() + m_target.timeout);
+      if (!st) {
+        all = false;
+        log::event(log::Level::error, "etcd_unavailable",
+                   "cannot use etcd member " + client.member_name(i) + ": " + st.error().message);
+        statuses.emplace_back();
+        continue;
+      }
+      names[st->member_id] = client.member_name(i);
+      if (st->leader) leader = st->leader;
+      statuses.push_back(*st);
+    }
+    for (std::size_t i = 0; i < ep.members.size(); ++i) {
+      if (!statuses[i]) {
+        lines += "member " + client.member_name(i) + ": unavailable\n";
+        continue;
+      }
+      const auto& st = *statuses[i];
+      lines += "member " + client.member_name(i) + ": etcd " + st.version +
+               (st.leader == st.member_id ? ", leader" : st.leader ? ", follower" : ", no leader") + "\n";
+    }
+    std::string version;
+    for (const auto& st : statuses)
+      if (st) version = st->version;
+    std::string head = "cluster: etcd " + (version.empty() ? std::string("unknown") : version) + " at " +
+                       m_target.redacted_url;
+    if (leader && names.contains(*leader)) head += " (leader " + names[*leader] + ")";
+    print(head + "\n" + lines);
+    return all ? 0 : exit_code::k_unavailable;
+  }
+
+  redis::Result<LockStatus> holders(const std::string& lock) override {
+    const auto keys = etcd_keys_for(m_target.key_prefix, lock);
+    const Deadline deadline = BootClock::now() + m_target.timeout;
+    auto queue = m_client.range({keys.prefix, etcd::prefix_end(keys.prefix), etcd::Sort::create_ascending, 0, 0},
+                                deadline);
+    if (!queue) return std::unexpected(queue.error());
+    auto base = m_client.range(etcd::single(keys.base), deadline);
+    if (!base) return std::unexpected(base.error());
+    LockKeys k;
+    k.queue = std::move(queue->kvs);
+    if (!base->kvs.empty()) k.base = parse_u64(base->kvs.front().value);
+    return view(k);
+  }
+
+  redis::Result<bool> break_holder(const std::string& lock, long, std::string_view owner) override {
+    // The holder's lease, found by its owner id; revoking it deletes its key (and only its key), in one
+    // Raft entry. A lease that is gone already held nothing any more.
+    const auto keys = etcd_keys_for(m_target.key_prefix, lock);
+    const Deadline deadline = BootClock::now() + m_target.timeout;
+    auto queue = m_client.range({keys.prefix, etcd::prefix_end(keys.prefix), etcd::Sort::create_ascending, 1, 0},
+                                deadline);
+    if (!queue) return std::unexpected(queue.error());
+    if (queue->kvs.empty()) return false;
+    const auto& first = queue->kvs.front();
+    if (holder_of(first, std::nullopt).owner != owner) return false;
+    return m_client.revoke(first.lease, deadline);
+  }
+
+  redis::Result<Bumped> bump(const std::string&, std::uint64_t) override {
+    return std::unexpected(redis::Error{redis::Error::Kind::protocol, "bump is not needed on etcd", false});
+  }
+
+ private:
+  // A lock's view from its keys: the holder is the first key; its lease's time to live is asked.
+  redis::Result<LockStatus> view(const LockKeys& k) const {
+    auto& client = const_cast<Client&>(m_client);
+    LockStatus s;
+    s.limit = 1;
+    if (!k.queue.empty()) {
+      const auto& first = k.queue.front();
+      SlotHolder h{0, holder_of(first, k.base), std::nullopt};
+      auto ttl = client.time_to_live(first.lease, BootClock::now() + m_target.timeout);
+      if (!ttl) return std::unexpected(ttl.error());
+      if (*ttl) h.remaining = milliseconds(**ttl * 1000);
+      else h.remaining = milliseconds(0);
+      s.holders.push_back(std::move(h));
+      s.waiters = static_cast<long>(k.queue.size()) - 1;
+      std::int64_t newest = 0;
+      for (const auto& kv : k.queue) newest = std::max(newest, kv.create_revision);
+      if (k.base) s.last_token = *k.base + static_cast<std::uint64_t>(newest);
+    }
+    return s;
+  }
+
+  void unavailable(const redis::Error& e, const std::string& lock = {}) const {
+    const std::string message = "cannot use etcd at " + m_target.redacted_url + ": " + e.message;
+    if (lock.empty()) log::event(log::Level::error, "etcd_unavailable", message, {{"kind", redis::to_string(e.kind)}});
+    else log::event(log::Level::error, "etcd_unavailable", message, {{"lock", lock}, {"kind", redis::to_string(e.kind)}});
+  }
+
+  BackendTarget m_target;
+  Client m_client;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_etcd_backend(const BackendTarget& target) {
+  return std::make_unique<EtcdBackend>(target);
+}
+
+}  // namespace fencerun::lease
