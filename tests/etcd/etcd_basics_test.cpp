@@ -217,7 +217,12 @@ TEST_F(EtcdBasicsTest, StatusListBreak) {
   for (const auto& item : arr->items)
     if (item.find("lock") && item.find("lock")->as_string() == "adm") {
       listed = true;
-      EXPECT_EQ(item.find("token") ? item.find("token")->text : "", token) << lj.out;
+      EXPECT_TRUE(item.find("held") && item.find("held")->is_true()) << lj.out;
+      // As for Redis: the holders, each with its token and pid.
+      const Json* holders = item.find("holders");
+      ASSERT_TRUE(holders && holders->kind == Json::Kind::Array && holders->items.size() == 1) << lj.out;
+      EXPECT_EQ(holders->items[0].find("token") ? holders->items[0].find("token")->text : "", token) << lj.out;
+      EXPECT_EQ(json_int_of(holders->items[0].find("pid")), h->pid()) << lj.out;
     }
   EXPECT_TRUE(listed) << lj.out;
 
