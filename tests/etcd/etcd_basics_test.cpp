@@ -121,6 +121,7 @@ TEST_F(EtcdBasicsTest, BusyWhileHeld) {
   EXPECT_LT(w.elapsed, 4000ms) << w;
   EXPECT_FALSE(std::filesystem::exists(file("ran"))) << "a busy run must not run its command";
   EXPECT_EQ(waiters("busy").size(), 1u) << "only the holder's key: busy runs leave nothing";
+  EXPECT_EQ(etcd().leases().size(), 1u) << "only the holder's lease: busy runs revoke theirs";
   touch("go");
   ASSERT_EQ(h->wait_for_exit(15s), 0) << h->result();
   EXPECT_TRUE(nothing_left("busy"));
@@ -186,6 +187,13 @@ TEST_F(EtcdBasicsTest, WaitersNeverOverlapNorShareTokens) {
 TEST_F(EtcdBasicsTest, StatusListBreak) {
   auto free = run({"status", "-r", etcd().url(), "adm"});
   EXPECT_EQ(free.exit_code, exit_code::k_status_free) << free;
+  auto free_json = run({"status", "-r", etcd().url(), "adm", "--json"});
+  EXPECT_EQ(free_json.exit_code, exit_code::k_status_free) << free_json;
+  auto free_doc = parse_json(free_json.out);
+  ASSERT_TRUE(free_doc && free_doc->find("held")) << free_json;
+  EXPECT_EQ(free_doc->find("held")->kind, Json::Kind::Bool);
+  EXPECT_FALSE(free_doc->find("held")->boolean) << free_json;
+  EXPECT_TRUE(etcd().keys(lock_prefix("adm")).empty()) << "status must not write";
   auto h = start(sh_args("adm", kHoldWithGrandchildEtcd, {"--ttl", "10s"}));
   const pid_t cmd = wait_pid("pid");
   const pid_t grandchild = wait_pid("gpid");
