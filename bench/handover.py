@@ -9,7 +9,8 @@
 
 Common options say where the servers are (--redis-port, --redis-pid, --etcd-endpoint) and which
 binaries to run (--fencerun, --lock-script). Every measuring subcommand prints one JSON document.
-Tools: fencerun, fencerun-fair, fencerun-base (--baseline), etcd (etcdctl lock), poll (redis-lock.sh,
+Tools: fencerun, fencerun-fair, fencerun-base (--baseline), etcd (etcdctl lock), fencerun-etcd (fencerun
+-r etcd://, the members of --etcd-endpoint, comma-separated), poll (redis-lock.sh,
 retries every 100 ms), flock. FENCERUN_CGROUP in the environment is passed on to fencerun.
 """
 import argparse
@@ -29,6 +30,7 @@ TOOL_LABELS = {
     "fencerun-fair": "fencerun --fair",
     "fencerun-base": "fencerun (baseline build)",
     "etcd": "etcdctl lock",
+    "fencerun-etcd": "fencerun on etcd",
     "poll": "redis-cli script (100 ms polling)",
     "flock": "flock(1)",
 }
@@ -46,6 +48,9 @@ def tool_argv(a, tool, name, command, wait=True):
         return argv + [name, "--"] + command
     if tool == "etcd":
         return ["etcdctl", f"--endpoints={a.etcd_endpoint}", "lock", name, "--"] + command
+    if tool == "fencerun-etcd":
+        members = ",".join(e.split("://", 1)[-1] for e in a.etcd_endpoint.split(","))
+        return [a.fencerun, "-r", f"etcd://{members}"] + (["--wait", "inf"] if wait else []) + [name, "--"] + command
     if tool == "poll":
         return ["sh", a.lock_script, str(a.redis_port), name, "30000", "1" if wait else "0"] + command
     if tool == "flock":

@@ -305,6 +305,9 @@ Attempt post(CURL* easy, const EtcdEndpoint& ep, std::size_t i, const std::strin
       case CURLE_SSL_ISSUER_ERROR:
         a.error = {Error::Kind::connection, "TLS: " + why, false};
         break;
+      case CURLE_GOT_NOTHING:
+        a.error = {Error::Kind::protocol, "no HTTP answer: not an etcd client port?", connected > 0};
+        break;
       case CURLE_UNSUPPORTED_PROTOCOL:
       case CURLE_WEIRD_SERVER_REPLY:
       case CURLE_HTTP2:

@@ -259,6 +259,13 @@ redis::Result<void> EtcdLease::enqueue(Queued& q, const LeaseSchedule& schedule)
   if (!grant) return std::unexpected(grant.error());
   q.lease = grant->id;
   q.sent = now;
+  if (grant->ttl < ttl_s) {  // etcd raises a TTL below its minimum, never lowers one
+    leave(q);
+    return std::unexpected(redis::Error{redis::Error::Kind::protocol,
+                                        "the cluster granted a lease of " + std::to_string(grant->ttl) +
+                                            "s for --ttl " + std::to_string(ttl_s) + "s",
+                                        false});
+  }
   q.key = m_keys.key(q.lease);
   const std::string value = m_request.owner + " " + std::to_string(m_request.pid) + " " + m_request.host;
   auto enq = m_client.enqueue(q.key, value, q.lease, m_keys.base, new_base(), m_keys.prefix, bound);

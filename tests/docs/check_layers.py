@@ -5,7 +5,8 @@
 
 - The directories under src/ include each other without a cycle (each is one layer).
 - hiredis is included only under src/redis/, CLI11 only in src/cli/parse.cpp, Boost.Process only in
-  src/supervisor/spawn.cpp, spdlog only in src/log/log.cpp, and src/supervisor/ knows nothing of Redis
+  src/supervisor/spawn.cpp, spdlog only in src/log/log.cpp, libcurl and the JSON library only in
+  src/etcd/client.cpp (the etcd client, loaded only for etcd URLs), and src/supervisor/ knows nothing of Redis
   (no redis/ include).
 - No signal handler is installed anywhere (signals are read from a signalfd): the command's vfork
   child, which shares fencerun's memory, relies on it (src/supervisor/spawn.cpp).
@@ -21,6 +22,8 @@ ONLY_IN = [
     (re.compile(r"^CLI/"), lambda f: f == "cli/parse.cpp", "CLI11 outside src/cli/parse.cpp"),
     (re.compile(r"^boost/process"), lambda f: f == "supervisor/spawn.cpp", "Boost.Process outside src/supervisor/spawn.cpp"),
     (re.compile(r"^spdlog/"), lambda f: f == "log/log.cpp", "spdlog outside src/log/log.cpp"),
+    (re.compile(r"^curl/"), lambda f: f == "etcd/client.cpp", "libcurl outside src/etcd/client.cpp"),
+    (re.compile(r"^nlohmann/"), lambda f: f == "etcd/client.cpp", "the JSON library outside src/etcd/client.cpp"),
     (re.compile(r"^redis/"), lambda f: not f.startswith("supervisor/"), "src/supervisor/ includes the Redis layer"),
 ]
 # A handler: sa_handler set to anything but SIG_DFL/SIG_IGN, sa_sigaction, or signal(2)/sigset(3).
