@@ -267,3 +267,32 @@ TEST_F(EtcdTlsTest, NameMismatchUntrustedCaAndPlainTextAreUnavailable) {
 
 }  // namespace
 }  // namespace fencerun::test
+
+namespace fencerun::test {
+namespace {
+
+// Members that require a client certificate: --tls-cert/--tls-key pass, no certificate is refused.
+class EtcdMutualTlsTest : public EtcdOwnTest {
+ protected:
+  EtcdOptions cluster_options() const override {
+    EtcdOptions o;
+    o.tls = true;
+    o.client_cert_auth = true;
+    return o;
+  }
+};
+
+TEST_F(EtcdMutualTlsTest, ClientCertificateRequired) {
+  const auto& c = etcd().certs();
+  auto ok = run({"-r", etcd().url(), "--tls-ca-file", c.ca_crt.string(), "--tls-cert", c.client_crt.string(),
+                 "--tls-key", c.client_key.string(), "mtls", "--", "printenv", "FENCERUN_TOKEN"});
+  ASSERT_EQ(ok.exit_code, 0) << ok;
+  EXPECT_GT(token_of(ok.out).value_or(0), kMinEtcdToken) << ok;
+  auto none = run(sh_args("mtls", "echo ran > ran", {"--tls-ca-file", c.ca_crt.string(), "--timeout", "1s"}));
+  EXPECT_EQ(none.exit_code, exit_code::k_unavailable) << "no client certificate\n" << none;
+  EXPECT_FALSE(std::filesystem::exists(file("ran")));
+  EXPECT_TRUE(nothing_left("mtls"));
+}
+
+}  // namespace
+}  // namespace fencerun::test
