@@ -274,6 +274,8 @@ Attempt post(CURL* easy, const EtcdEndpoint& ep, std::size_t i, const std::strin
   headers.add("Expect:");
   if (token) headers.add("Authorization: " + *token);
   std::string response;
+  char detail[CURL_ERROR_SIZE] = {};
+  c.curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, detail);
   set_target(easy, ep, i, path, connect_to);
   c.curl_easy_setopt(easy, CURLOPT_HTTPHEADER, headers.list);
   c.curl_easy_setopt(easy, CURLOPT_POST, 1L);
@@ -287,12 +289,14 @@ Attempt post(CURL* easy, const EtcdEndpoint& ep, std::size_t i, const std::strin
   const CURLcode rc = c.curl_easy_perform(easy);
   c.curl_easy_setopt(easy, CURLOPT_HTTPHEADER, static_cast<curl_slist*>(nullptr));
   c.curl_easy_setopt(easy, CURLOPT_CONNECT_TO, static_cast<curl_slist*>(nullptr));
+  c.curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, static_cast<char*>(nullptr));
   if (rc != CURLE_OK) {
     long connected = 0;
     c.curl_easy_getinfo(easy, CURLINFO_REQUEST_SIZE, &connected);
     a.retry = true;
     a.error.maybe_executed = connected > 0;
-    const std::string why = c.curl_easy_strerror(rc);
+    // libcurl's own words for this failure (a certificate's names, say), else its code's.
+    const std::string why = detail[0] ? std::string(detail) : std::string(c.curl_easy_strerror(rc));
     switch (rc) {
       case CURLE_OPERATION_TIMEDOUT:
         a.error = {Error::Kind::timeout, "no answer within " + std::to_string(ms) + "ms", connected > 0};
