@@ -19,6 +19,7 @@
 #include "supervisor/signals.hpp"
 #include "supervisor/supervisor.hpp"
 #include "util/random.hpp"
+#include "version.hpp"
 
 extern char** environ;
 
@@ -82,6 +83,9 @@ lease::LeaseRequest lease_request(const config::Config& c) {
   r.min_replicas = c.run.min_replicas;
   r.replica_timeout = c.run.replica_timeout;
   r.request_timeout = c.common.timeout;
+  r.records = c.run.records;
+  r.min_interval = c.run.min_interval;
+  r.version = FENCERUN_VERSION;
   return r;
 }
 
@@ -91,6 +95,7 @@ Exit not_acquired(const config::Config& c, const lease::NotAcquired& why) {
     case lease::NotAcquired::Reason::unavailable: return {exit_code::k_unavailable};
     case lease::NotAcquired::Reason::interrupted: return by_signal(why.signal);
     case lease::NotAcquired::Reason::limit_mismatch: return {exit_code::k_usage};
+    case lease::NotAcquired::Reason::skipped: return {c.run.skip_exit_code};
   }
   return {exit_code::k_internal};
 }
@@ -160,6 +165,12 @@ Exit run_under(const config::Config& c, supervisor::SignalChannel& signals, leas
   auto outcome = sup.supervise(watch);
   held.stop_keeping();
   log_stop_margin(outcome, held.deadline(), context);
+  // How it ended goes into the record the release writes.
+  lease::RunOutcome ran;
+  if (WIFSIGNALED(outcome.wait_status)) ran.signal = WTERMSIG(outcome.wait_status);
+  else ran.exit_code = exit_code_from_wait_status(outcome.wait_status);
+  ran.outcome = outcome.stopped_for_lease ? "stopped" : ran.exit_code == 0 ? "ok" : "failed";
+  held.set_outcome(ran);
   // The whole job is gone: release (the next waiter is waiting for it).
   auto released = held.release();
   report.renewals = held.stats().renewals;

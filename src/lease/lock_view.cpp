@@ -41,7 +41,8 @@ std::string list_json_fields(const std::string& name, const LockStatus& s) {
   for (std::size_t i = 0; i < s.holders.size(); ++i)
     out += std::string(i ? "," : "") + "{\"slot\":" + std::to_string(s.holders[i].slot) + "," +
            holder_json(s.holders[i]) + "}";
-  return out + "],\"waiters\":" + std::to_string(s.waiters) + ",\"last_token\":" + number_or_null(s.last_token);
+  return out + "],\"waiters\":" + std::to_string(s.waiters) + ",\"last_token\":" + number_or_null(s.last_token) +
+         runs_json(s);
 }
 
 QuorumView quorum_view(std::vector<redis::Result<LockStatus>> replies) {
@@ -92,6 +93,32 @@ std::string servers_json(const QuorumView& v, const std::vector<std::string>& ur
     }
   }
   return out + "]";
+}
+
+}  // namespace fencerun::lease
+
+namespace fencerun::lease {
+
+std::string runs_status_text(const LockStatus& s) {
+  auto line = [&](std::string_view label, const std::optional<std::string>& text) {
+    const auto r = text ? parse_run_record(*text) : std::nullopt;
+    return std::string(label) + ": " + (r ? run_record_text(*r, s.now_us) : std::string("none")) + "\n";
+  };
+  return line("last run", s.last_run) + line("last success", s.last_success);
+}
+
+std::string runs_json(const LockStatus& s) {
+  auto field = [](const std::optional<std::string>& text) {
+    const auto r = text ? parse_run_record(*text) : std::nullopt;
+    return r ? run_record_json(*r) : std::string("null");
+  };
+  return ",\"last_run\":" + field(s.last_run) + ",\"last_success\":" + field(s.last_success);
+}
+
+std::string runs_list_text(const LockStatus& s) {
+  const auto r = s.last_run ? parse_run_record(*s.last_run) : std::nullopt;
+  if (!r) return {};
+  return ", last run " + r->outcome + " " + age_text(r->end_us.value_or(r->start_us), s.now_us) + " ago";
 }
 
 }  // namespace fencerun::lease
