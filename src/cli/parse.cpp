@@ -153,7 +153,7 @@ constexpr std::array k_options = {
     "exit code when --min-interval skips the run\n(default: 0)"},
   OptionSpec{0, "records-ttl", "DUR", k_run,
     [](Options& o, std::string_view, std::string_view v) { o.records_ttl = s(v); },
-    "how long the record of NAME's runs is kept after its\nlast run (default: 30d)"},
+    "how long the record of NAME's runs is kept after its\nlast run (default: 720h, 30 days)"},
   OptionSpec{0, "keep-runs", "N", k_run,
     [](Options& o, std::string_view, std::string_view v) { o.keep_runs = s(v); },
     "how many runs of NAME the record keeps, 1 to 1000\n(default: 20)"},
@@ -743,7 +743,7 @@ std::string history_help() {
                     R"(List the recorded runs of NAME, newest first: how each ended (ok, failed,
 stopped, lost, killed), its exit code or signal, how long it ran, when it
 ended, host, pid and token. The server keeps the last --keep-runs runs (20 by
-default) for --records-ttl (30d by default) after the last run. With --json,
+default) for --records-ttl (720h by default) after the last run. With --json,
 a JSON array.
 )",
                     k_history, "0 runs listed; 3 none recorded; 64 usage error; 69 Redis\nunavailable.");

@@ -216,7 +216,7 @@ TEST_F(CronTest, BadInputIsAUsageError) {
   const std::vector<std::vector<std::string>> bad = {
       {"--min-interval", "0"},
       {"--min-interval", "-5s"},
-      {"--min-interval", "31d"},  // longer than the records' TTL (30d)
+      {"--min-interval", "721h"},  // longer than the records' TTL (720h)
       {"--min-interval", "10s", "--records-ttl", "5s"},
       {"--min-interval", "soon"},
       {"--records-ttl", "0"},
