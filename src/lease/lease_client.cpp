@@ -191,10 +191,48 @@ Result<bool> LeaseClient::release_recorded(std::string_view owner, std::string_v
   const std::string token = std::to_string(acquired.token);
   const std::string pid = h.pid ? std::to_string(*h.pid) : "-";
   const std::string host = h.host.empty() ? "-" : h.host;
-  std::string_view args[] = {owner,       m_keys.wake, turn_ms, m_keys.runs_base, outcome.outcome, code,
-                             sig,         records_ttl, keep,    acquired.started_us, token,         pid,
-                             host,        m_records->version};
+  // The record's arguments, as release.lua and record.lua take them from ARGV[4] on.
+  const std::string_view record[] = {m_keys.runs_base, outcome.outcome, code,  sig,  records_ttl,       keep,
+                                     acquired.started_us, token,          pid,   host, m_records->version};
+  std::string_view wake_args[] = {m_keys.wake, turn_ms};
   Deadline sent{};
+  auto record_alone = [&](std::string_view known) -> Result<void> {
+    std::vector<std::string_view> args = {owner, value, known};
+    args.insert(args.end(), std::begin(record), std::end(record));
+    std::string_view lock_key[] = {m_keys.lock};
+    auto r = run_script(m_client, scripts::k_record, lock_key, args, deadline, sent, redis::Resend::idempotent);
+    if (!r) return std::unexpected(r.error());
+    return {};
+  };
+  const ReleasePath path = m_native_refused ? ReleasePath::script : release_path(m_client.server());
+  if (path != ReleasePath::script) {
+    // The record first (it sees the lock still ours), then the native delete and the wake, in one
+    // write: still one round trip.
+    std::vector<std::string_view> rec = {"EVALSHA", scripts::k_record.sha1, "1", m_keys.lock, owner, value, ""};
+    rec.insert(rec.end(), std::begin(record), std::end(record));
+    std::vector<std::string_view> del = {"DELIFEQ", m_keys.lock, value};
+    if (path == ReleasePath::delex) del = {"DELEX", m_keys.lock, "IFEQ", value};
+    std::vector<std::vector<std::string_view>> commands = {
+        std::move(rec), std::move(del),
+        {"EVALSHA", scripts::k_wake.sha1, "3", m_keys.lock, m_keys.queue, m_keys.turn, m_keys.wake, turn_ms}};
+    auto replies = m_client.pipeline(commands, deadline, redis::Resend::idempotent);
+    if (!replies) return std::unexpected(replies.error());
+    const bool recorded = !(*replies)[0].is_error();
+    const Reply& reply = (*replies)[1];
+    if (auto n = reply.as_integer(); n && !reply.is_error()) {
+      if (!recorded) [[maybe_unused]] auto r = record_alone(*n == 1 ? "1" : "0");
+      if ((*replies)[2].error_is("NOSCRIPT"))
+        [[maybe_unused]] auto woken = run_script(m_client, scripts::k_wake, queue_keys, wake_args, deadline, sent,
+                                                redis::Resend::idempotent);
+      return *n == 1;
+    }
+    // Refused (renamed, not allowed by the ACL): nothing was deleted. The script from now on; the
+    // record is written by it unless the record script already wrote it.
+    m_native_refused = true;
+    if (recorded) return release(owner, value, deadline);
+  }
+  std::vector<std::string_view> args = {owner, m_keys.wake, turn_ms};
+  args.insert(args.end(), std::begin(record), std::end(record));
   auto reply = run_script(m_client, scripts::k_release, queue_keys, args, deadline, sent, redis::Resend::idempotent);
   if (!reply && reply.error().kind == Error::Kind::migrating)
     reply = run_script(m_client, scripts::k_release, std::span(queue_keys, 1), args, deadline, sent,

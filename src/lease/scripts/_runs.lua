@@ -37,3 +37,36 @@ local function too_recent(base, now_us, min_ms)
   if start and now_us - start < min_ms * 1000 then return ok end
   return nil
 end
+
+-- Closes the run at its release (release.lua, record.lua): its record, from the arguments a[i] ...
+-- a[i + 10]: the key base, the outcome as the caller knows it ('ok', 'failed', 'stopped'), exit code
+-- ('-' when unknown), signal ('-' when none), the records' TTL in ms, how many runs are kept, the
+-- run's start (server time, microseconds), token, pid, host, fencerun's version. A run that did not
+-- hold the lock any more (`ours` false) and saw 'ok' or 'failed' is recorded as 'lost'; one recorded
+-- as killed meanwhile (another run found the lock free) has that record replaced.
+local function close_run(ours, owner, a, i)
+  local base = a[i]
+  local ttl_ms, keep = tonumber(a[i + 4]), tonumber(a[i + 5])
+  local outcome = a[i + 1]
+  if not ours and outcome ~= 'stopped' then outcome = 'lost' end
+  local record = table.concat({a[i + 6], string.format('%.0f', server_now_us()), outcome, a[i + 2], a[i + 3],
+                               a[i + 7], a[i + 8], a[i + 9], a[i + 10]}, ' ')
+  local run = redis.call('GET', base .. 'run')
+  local replaced = false
+  if run and string.sub(run, 1, #owner + 1) == owner .. ' ' then
+    redis.call('DEL', base .. 'run')
+  else
+    local list = base .. 'runs'
+    local records = redis.call('LRANGE', list, 0, -1)
+    for n, r in ipairs(records) do
+      local was, token = string.match(r, '^%S+ %S+ (%S+) %S+ %S+ (%S+) ')
+      if was == 'killed' and token == a[i + 7] then
+        redis.call('LSET', list, n - 1, record)
+        replaced = true
+        break
+      end
+    end
+  end
+  if not replaced then push_run(base, record, ttl_ms, keep) end
+  if outcome == 'ok' then redis.call('SET', base .. 'ok', record, 'PX', ttl_ms) end
+end

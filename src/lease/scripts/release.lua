@@ -19,31 +19,6 @@ if ours then
   redis.call('DEL', KEYS[1])
   if KEYS[2] then wake_first(KEYS[2], KEYS[3], ARGV[2], tonumber(ARGV[3])) end
 end
-local base = ARGV[4]
-if base then
-  local ttl_ms, keep = tonumber(ARGV[8]), tonumber(ARGV[9])
-  local outcome = ARGV[5]
-  if not ours and outcome ~= 'stopped' then outcome = 'lost' end
-  local record = table.concat({ARGV[10], string.format('%.0f', server_now_us()), outcome, ARGV[6], ARGV[7],
-                               ARGV[11], ARGV[12], ARGV[13], ARGV[14]}, ' ')
-  local run = redis.call('GET', base .. 'run')
-  local replaced = false
-  if run and string.sub(run, 1, #ARGV[1] + 1) == ARGV[1] .. ' ' then
-    redis.call('DEL', base .. 'run')
-  else
-    local list = base .. 'runs'
-    local records = redis.call('LRANGE', list, 0, -1)
-    for i, r in ipairs(records) do
-      local was, token = string.match(r, '^%S+ %S+ (%S+) %S+ %S+ (%S+) ')
-      if was == 'killed' and token == ARGV[11] then
-        redis.call('LSET', list, i - 1, record)
-        replaced = true
-        break
-      end
-    end
-  end
-  if not replaced then push_run(base, record, ttl_ms, keep) end
-  if outcome == 'ok' then redis.call('SET', base .. 'ok', record, 'PX', ttl_ms) end
-end
+if ARGV[4] then close_run(ours, ARGV[1], ARGV, 4) end
 if ours then return 1 end
 return 0
