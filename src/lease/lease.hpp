@@ -65,6 +65,7 @@ struct NotAcquired {
   Reason reason;
   int signal = 0;       // interrupted: which
   long held_limit = 0;  // limit_mismatch: the lock's limit
+  std::uint64_t last_success_us = 0;  // skipped: when the last success started (server time), 0 unknown
 };
 
 class HeldLease {
@@ -97,6 +98,8 @@ class HeldLease {
   virtual int wake_fd() const = 0;
   virtual Stats stats() const = 0;
 
+  // The run's start by the server's clock (microseconds), when it keeps a record of runs.
+  virtual std::optional<std::uint64_t> started_us() const { return std::nullopt; }
   // How the run ended, for the record the release writes (before release()).
   virtual void set_outcome(const RunOutcome& outcome) { m_outcome = outcome; }
 

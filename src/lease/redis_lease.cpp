@@ -107,6 +107,13 @@ class RedisHeldLease final : public KeptLease {
 
   std::uint64_t token() const override { return m_acquired.token; }
   long slot() const override { return m_acquired.slot; }
+  std::optional<std::uint64_t> started_us() const override {
+    std::uint64_t us = 0;
+    const auto& t = m_acquired.started_us;
+    auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), us);
+    if (t.empty() || ec != std::errc{} || end != t.data() + t.size()) return std::nullopt;
+    return us;
+  }
   std::vector<std::pair<std::string, std::string>> facts() const override {
     return {{"FENCERUN_TOKEN", std::to_string(m_acquired.token)},
             {"FENCERUN_LOCK", m_request.lock},
@@ -366,7 +373,8 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> RedisLease::acquire(Waite
       log_skipped(*skipped);
       leave_queue();
       waited = since(began);
-      return std::unexpected(NotAcquired{NotAcquired::Reason::skipped, 0, 0});
+      const auto last = parse_run_record(skipped->last_success);
+      return std::unexpected(NotAcquired{NotAcquired::Reason::skipped, 0, 0, last ? last->start_us : 0});
     }
     const auto& busy = std::get<Busy>(*result);
     now = BootClock::now();

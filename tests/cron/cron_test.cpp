@@ -2,6 +2,7 @@
 // killed run, what status, status --json, list and history show (every field against what the runs
 // did), the records' TTL, and bad input.
 #include <csignal>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -209,6 +210,54 @@ TEST_F(CronTest, RecordsExpire) {
   auto h = run({"-r", redis().url(), "history", "job"});
   EXPECT_EQ(h.exit_code, 3) << h;
   EXPECT_EQ(h.out, "job: no runs recorded\n");
+}
+
+// The metrics file has the last success's start (server time): the run's own when it succeeded, the
+// recorded one when --min-interval skipped it, and the file's earlier value after a failed run.
+TEST_F(CronTest, MetricsFileHasTheLastSuccessTime) {
+  auto value = [&]() -> std::string {
+    for (const auto& l : split_lines(read_file(file("m.prom")).value_or("")))
+      if (l.starts_with("fencerun_last_success_timestamp_seconds{lock=\"job\"} ")) return l.substr(l.rfind(' ') + 1);
+    return "<none>";
+  };
+  ASSERT_EQ(job("true", {"--metrics-file", "m.prom"}).exit_code, 0);
+  auto h = history();
+  ASSERT_EQ(h.size(), 1u);
+  const std::string start = field(h[0], "start_us");
+  ASSERT_GT(start.size(), 6u);
+  const std::string expected = start.substr(0, start.size() - 6) + "." + start.substr(start.size() - 6);
+  EXPECT_EQ(value(), expected);
+  std::filesystem::remove(file("m.prom"));
+  ASSERT_EQ(job("true", {"--metrics-file", "m.prom", "--min-interval", "1h", "--skip-exit-code", "9"}).exit_code, 9);
+  EXPECT_EQ(value(), expected);  // from the server's record
+  ASSERT_EQ(job("exit 1", {"--metrics-file", "m.prom"}).exit_code, 1);
+  EXPECT_EQ(value(), expected);  // carried over
+  EXPECT_NE(read_file(file("m.prom")).value_or("").find("fencerun_last_exit_code{lock=\"job\"} 1\n"), std::string::npos);
+}
+
+// The rule `fencerun acl` prints covers the record: runs, skips, status and history as that user.
+TEST_F(CronTest, AclRuleCoversTheRecord) {
+  auto rule = run({"acl"});
+  ASSERT_EQ(rule.exit_code, 0) << rule;
+  std::vector<std::string> setuser = {"ACL", "SETUSER", "jobs", "on", ">cron-pw"};
+  std::istringstream words(rule.out);
+  for (std::string w; words >> w;) setuser.push_back(w);
+  ASSERT_TRUE(redis().cmd(setuser).ok()) << redis().cmd(setuser).describe();
+  const EnvList env = {{"FENCERUN_REDIS_PASSWORD", "cron-pw"}};
+  const std::string url = "redis://jobs@127.0.0.1:" + std::to_string(redis().port());
+  auto first = run({"-r", url, "--min-interval", "1h", "job", "--", "sh", "-c", "echo x >> ran"}, env);
+  ASSERT_EQ(first.exit_code, 0) << first;
+  auto second = run({"-r", url, "--min-interval", "1h", "--skip-exit-code", "5", "job", "--", "sh", "-c", "echo x >> ran"}, env);
+  EXPECT_EQ(second.exit_code, 5) << second;
+  auto failed = run({"-r", url, "job", "--", "false"}, env);
+  EXPECT_EQ(failed.exit_code, 1) << failed;
+  auto status = run({"-r", url, "status", "job"}, env);
+  EXPECT_NE(status.out.find("last success: ok after "), std::string::npos) << status;
+  EXPECT_NE(status.out.find("last run: failed (exit 1) after "), std::string::npos) << status;
+  auto h = run({"-r", url, "history", "job"}, env);
+  EXPECT_EQ(h.exit_code, 0) << h;
+  EXPECT_EQ(split_lines(h.out).size(), 2u) << h;
+  EXPECT_EQ(split_lines(read_file(file("ran")).value_or("")).size(), 1u);
 }
 
 // Bad input: exit 64, one line, nothing written to the server.
