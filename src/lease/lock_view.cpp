@@ -100,6 +100,7 @@ std::string servers_json(const QuorumView& v, const std::vector<std::string>& ur
 namespace fencerun::lease {
 
 std::string runs_status_text(const LockStatus& s) {
+  if (!s.last_run && !s.last_success) return {};  // nothing recorded (a lock never run, or records expired)
   auto line = [&](std::string_view label, const std::optional<std::string>& text) {
     const auto r = text ? parse_run_record(*text) : std::nullopt;
     return std::string(label) + ": " + (r ? run_record_text(*r, s.now_us) : std::string("none")) + "\n";

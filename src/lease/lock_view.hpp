@@ -53,8 +53,8 @@ std::string servers_json(const QuorumView& v, const std::vector<std::string>& ur
 
 namespace fencerun::lease {
 
-// status: "last run: ...\nlast success: ...\n" from the record of runs (run_record.hpp), "none" when
-// nothing is recorded.
+// status: "last run: ...\nlast success: ...\n" from the record of runs (run_record.hpp), "none" for
+// one that is not; nothing at all when no run is recorded.
 std::string runs_status_text(const LockStatus& s);
 // status --json, list --json: ,"last_run":{...}|null,"last_success":{...}|null
 std::string runs_json(const LockStatus& s);
