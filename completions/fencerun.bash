@@ -7,7 +7,8 @@ __fencerun_takes_value()
         -r | --redis | -t | --ttl | --renew | --grace | --kill-signal | -w | --wait | -E | \
             --conflict-exit-code | --lease-lost-exit-code | --timeout | --key-prefix | --log-format | \
             --metrics-file | --min-replicas | --replica-timeout | --limit | --tls-ca-file | --tls-cert | \
-            --tls-key | --tls-server-name | --token | --resource | --owner | --above)
+            --tls-key | --tls-server-name | --token | --resource | --owner | --above | --min-interval | \
+            --skip-exit-code | --records-ttl | --keep-runs | -n | --count)
             return 0
             ;;
     esac
@@ -79,7 +80,8 @@ _fencerun()
             return
             ;;
         -t | --ttl | --renew | --grace | --timeout | -E | --conflict-exit-code | \
-            --lease-lost-exit-code | --key-prefix | --min-replicas | --replica-timeout | --owner | --above)
+            --lease-lost-exit-code | --key-prefix | --min-replicas | --replica-timeout | --owner | --above | \
+            --min-interval | --skip-exit-code | --records-ttl | --keep-runs | -n | --count)
             # A value of the user's own: nothing to offer.
             return
             ;;
@@ -89,7 +91,8 @@ _fencerun()
     local connection='-r --redis --timeout --key-prefix --tls-ca-file --tls-cert --tls-key
         --tls-server-name --tls-insecure -v --verbose -q --quiet --log-format -h --help'
     local run_opts='-t --ttl --renew --grace --kill-signal -w --wait --fair --limit -E --conflict-exit-code
-        --lease-lost-exit-code --shell --metrics-file --min-replicas --replica-timeout'
+        --lease-lost-exit-code --shell --metrics-file --min-replicas --replica-timeout --min-interval
+        --skip-exit-code --records-ttl --keep-runs'
 
     if [[ $cur == -* ]]; then
         case $subcommand in
@@ -97,6 +100,7 @@ _fencerun()
             list) COMPREPLY=($(compgen -W "$connection --all --json" -- "$cur")) ;;
             break) COMPREPLY=($(compgen -W "$connection --owner -y --yes" -- "$cur")) ;;
             bump) COMPREPLY=($(compgen -W "$connection --above" -- "$cur")) ;;
+            history) COMPREPLY=($(compgen -W "$connection -n --count --json" -- "$cur")) ;;
             acl) COMPREPLY=($(compgen -W "--key-prefix --delex --delifeq --admin -v --verbose -q --quiet --log-format -h --help" -- "$cur")) ;;
             run) COMPREPLY=($(compgen -W "$connection $run_opts --" -- "$cur")) ;;
             "") COMPREPLY=($(compgen -W "$connection $run_opts --version --" -- "$cur")) ;;
@@ -107,9 +111,9 @@ _fencerun()
     fi
 
     if [[ -z $subcommand ]]; then
-        COMPREPLY=($(compgen -W 'run status list break bump acl fence help' -- "$cur"))
+        COMPREPLY=($(compgen -W 'run status list break bump history acl fence help' -- "$cur"))
     elif [[ $subcommand == help && $sub_at -eq $((cword - 1)) ]]; then
-        COMPREPLY=($(compgen -W 'run status list break bump acl fence' -- "$cur"))
+        COMPREPLY=($(compgen -W 'run status list break bump history acl fence' -- "$cur"))
     fi
     # Otherwise a lock NAME (or list's PATTERN) is expected: those live in Redis, so nothing is offered.
 }

@@ -18,7 +18,7 @@ function __fencerun_first_word
         switch $t
             case --
                 return 1
-            case -r --redis -t --ttl --renew --grace --kill-signal -w --wait -E --conflict-exit-code --lease-lost-exit-code --timeout --key-prefix --log-format --metrics-file --min-replicas --replica-timeout --limit --tls-ca-file --tls-cert --tls-key --tls-server-name --owner --above
+            case -r --redis -t --ttl --renew --grace --kill-signal -w --wait -E --conflict-exit-code --lease-lost-exit-code --timeout --key-prefix --log-format --metrics-file --min-replicas --replica-timeout --limit --tls-ca-file --tls-cert --tls-key --tls-server-name --owner --above --min-interval --skip-exit-code --records-ttl --keep-runs -n --count
                 set skip 1
             case '-*'
             case '*'
@@ -43,7 +43,7 @@ end
 # True when the run options apply: no subcommand yet, `run`, or a lock NAME.
 function __fencerun_run_form
     set -l w (__fencerun_first_word)
-    not contains -- "$w" status list break bump acl fence help
+    not contains -- "$w" status list break bump history acl fence help
 end
 
 # fence: the guard given after `fence`, if any.
@@ -89,6 +89,7 @@ complete -c fencerun -f
 set -l needs_sub '__fencerun_before_dashdash; and __fencerun_needs_subcommand'
 complete -c fencerun -n $needs_sub -a run -d 'Run COMMAND under a lock'
 complete -c fencerun -n $needs_sub -a status -d 'Show who holds a lock'
+complete -c fencerun -n $needs_sub -a history -d 'The recorded runs of a lock, newest first'
 complete -c fencerun -n $needs_sub -a list -d 'List the locks that are held'
 complete -c fencerun -n $needs_sub -a break -d "Release the lease of a lock's current holder"
 complete -c fencerun -n $needs_sub -a bump -d "Raise a lock's token counter above a token"
@@ -124,6 +125,10 @@ complete -c fencerun -n $run_cond -l fair -d 'Acquire in the order waiters began
 complete -c fencerun -n $run_cond -l limit -x -a '1 2 3 4 8 16' -d 'Up to N holders at once, each in a slot (1 to 1024)'
 complete -c fencerun -n $run_cond -s E -l conflict-exit-code -x -d 'Exit code when the lock is busy'
 complete -c fencerun -n $run_cond -l lease-lost-exit-code -x -d 'Exit code when the lease was lost'
+complete -c fencerun -n $run_cond -l min-interval -x -d 'Skip the run when the last success started less than DUR ago'
+complete -c fencerun -n $run_cond -l skip-exit-code -x -d 'Exit code when --min-interval skips the run'
+complete -c fencerun -n $run_cond -l records-ttl -x -d 'How long the record of runs is kept after the last run'
+complete -c fencerun -n $run_cond -l keep-runs -x -d 'How many runs the record keeps (1 to 1000)'
 complete -c fencerun -n $run_cond -l shell -d 'Run COMMAND through /bin/sh -c'
 complete -c fencerun -n $run_cond -l metrics-file -r -F -d 'Write a Prometheus textfile after the run'
 complete -c fencerun -n $run_cond -l min-replicas -x -d 'Replicas that must confirm the lock (WAIT)'
@@ -135,6 +140,8 @@ complete -c fencerun -n '__fencerun_before_dashdash; and __fencerun_using status
 # Options of list
 complete -c fencerun -n '__fencerun_before_dashdash; and __fencerun_using list' -l all -d 'Also free locks that have issued tokens'
 complete -c fencerun -n '__fencerun_before_dashdash; and __fencerun_using list' -l json -d 'Print one JSON array'
+complete -c fencerun -n '__fencerun_before_dashdash; and __fencerun_using history' -l json -d 'Print one JSON array'
+complete -c fencerun -n '__fencerun_before_dashdash; and __fencerun_using history' -s n -l count -x -d 'Show the newest N runs'
 
 # Options of break
 complete -c fencerun -n '__fencerun_before_dashdash; and __fencerun_using break' -l owner -x -d 'Only the holder whose owner id starts with PREFIX'

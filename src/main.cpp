@@ -87,6 +87,7 @@ int main(int argc, char** argv) {
     if (config.subcommand == config::Subcommand::list) return app::list(config);
     if (config.subcommand == config::Subcommand::break_lock) return app::break_lock(config);
     if (config.subcommand == config::Subcommand::bump) return app::bump(config);
+    if (config.subcommand == config::Subcommand::history) return app::history(config);
     app::Exit exit = app::run(config);
     if (exit.signal) supervisor::die_by_signal(exit.signal);  // returns only if that signal is ignored
     return exit.code;

@@ -15,6 +15,7 @@ struct Exit {
 };
 Exit run(const config::Config& config);
 int status(const config::Config& config);
+int history(const config::Config& config);
 // --version -r URL: which server that is, its version and how fencerun releases a lock there.
 int server_version(const config::Config& config);
 int acl(const config::Config& config);

@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <optional>
 
 #include "util/random.hpp"
 
@@ -65,9 +67,35 @@ std::string format_metrics(const RunReport& r) {
   metric("fencerun_last_renewals", "Successful lease renewals in the last run.", std::to_string(r.renewals));
   metric("fencerun_last_renew_failures", "Failed lease renewal attempts in the last run.",
          std::to_string(r.renew_failures));
+  if (r.last_success_us) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%llu.%06llu", static_cast<unsigned long long>(*r.last_success_us / 1'000'000),
+                  static_cast<unsigned long long>(*r.last_success_us % 1'000'000));
+    metric("fencerun_last_success_timestamp_seconds",
+           "Unix time (the lock server's clock) the last successful run of the lock started.", buf);
+  }
   metric("fencerun_last_lease_lost", "1 if the last run lost its lease and the command was stopped.",
          r.lease_lost ? "1" : "0");
   return out;
+}
+
+std::optional<std::uint64_t> previous_last_success(const std::string& path) {
+  std::ifstream in(path);
+  const std::string name = "fencerun_last_success_timestamp_seconds{";
+  for (std::string line; std::getline(in, line);) {
+    if (!line.starts_with(name)) continue;
+    const auto sp = line.rfind(' ');
+    const auto dot = line.find('.', sp);
+    if (sp == std::string::npos || dot == std::string::npos) return std::nullopt;
+    try {
+      std::string frac = line.substr(dot + 1);
+      frac.resize(6, '0');
+      return std::stoull(line.substr(sp + 1, dot - sp - 1)) * 1'000'000 + std::stoull(frac);
+    } catch (...) {
+      return std::nullopt;
+    }
+  }
+  return std::nullopt;
 }
 
 std::expected<void, std::string> write_metrics_file(const std::string& path, const RunReport& report) {

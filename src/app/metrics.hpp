@@ -22,10 +22,17 @@ struct RunReport {
   std::uint64_t renew_failures = 0;
   bool lease_lost = false;
   int exit_code = 0;
+  // The start (the server's clock, microseconds) of the last successful run of the lock this run knows
+  // of: its own when it succeeded, the recorded one when --min-interval skipped it; otherwise the
+  // value in the file this run replaces, if any.
+  std::optional<std::uint64_t> last_success_us;
 };
 
 // The textfile's content.
 std::string format_metrics(const RunReport& report);
+
+// The last success time a metrics file at `path` holds (fencerun_last_success_timestamp_seconds).
+std::optional<std::uint64_t> previous_last_success(const std::string& path);
 
 // Writes `format_metrics(report)` to `path` atomically; the error says what failed.
 std::expected<void, std::string> write_metrics_file(const std::string& path, const RunReport& report);

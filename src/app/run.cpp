@@ -19,6 +19,7 @@
 #include "supervisor/signals.hpp"
 #include "supervisor/supervisor.hpp"
 #include "util/random.hpp"
+#include "version.hpp"
 
 extern char** environ;
 
@@ -82,6 +83,9 @@ lease::LeaseRequest lease_request(const config::Config& c) {
   r.min_replicas = c.run.min_replicas;
   r.replica_timeout = c.run.replica_timeout;
   r.request_timeout = c.common.timeout;
+  r.records = c.run.records;
+  r.min_interval = c.run.min_interval;
+  r.version = FENCERUN_VERSION;
   return r;
 }
 
@@ -91,6 +95,7 @@ Exit not_acquired(const config::Config& c, const lease::NotAcquired& why) {
     case lease::NotAcquired::Reason::unavailable: return {exit_code::k_unavailable};
     case lease::NotAcquired::Reason::interrupted: return by_signal(why.signal);
     case lease::NotAcquired::Reason::limit_mismatch: return {exit_code::k_usage};
+    case lease::NotAcquired::Reason::skipped: return {c.run.skip_exit_code};
   }
   return {exit_code::k_internal};
 }
@@ -160,6 +165,13 @@ Exit run_under(const config::Config& c, supervisor::SignalChannel& signals, leas
   auto outcome = sup.supervise(watch);
   held.stop_keeping();
   log_stop_margin(outcome, held.deadline(), context);
+  // How it ended goes into the record the release writes.
+  lease::RunOutcome ran;
+  if (WIFSIGNALED(outcome.wait_status)) ran.signal = WTERMSIG(outcome.wait_status);
+  else ran.exit_code = exit_code_from_wait_status(outcome.wait_status);
+  ran.outcome = outcome.stopped_for_lease ? "stopped" : ran.exit_code == 0 ? "ok" : "failed";
+  held.set_outcome(ran);
+  const bool succeeded = ran.outcome == "ok";
   // The whole job is gone: release (the next waiter is waiting for it).
   auto released = held.release();
   report.renewals = held.stats().renewals;
@@ -176,6 +188,7 @@ Exit run_under(const config::Config& c, supervisor::SignalChannel& signals, leas
     report.lease_lost = true;
     return {c.run.lease_lost_exit_code};
   }
+  if (succeeded) report.last_success_us = held.started_us();
   // Killed by a signal of its own (Ctrl-C, OOM, ...): end the same way, as timeout(1) does.
   if (WIFSIGNALED(outcome.wait_status)) return by_signal(WTERMSIG(outcome.wait_status));
   return {exit_code_from_wait_status(outcome.wait_status)};
@@ -186,7 +199,11 @@ Exit run_locked(const config::Config& c, RunReport& report) {
   auto lease = backend_for(c.common)->lease(lease_request(c));
   SignalWaiter waiter(signals, c.run.lock);
   auto held = lease->acquire(waiter, report.lock_wait);
-  if (!held) return not_acquired(c, held.error());
+  if (!held) {
+    if (held.error().reason == lease::NotAcquired::Reason::skipped && held.error().last_success_us > 0)
+      report.last_success_us = held.error().last_success_us;
+    return not_acquired(c, held.error());
+  }
   report.acquired = true;
   report.token = (*held)->token();
   report.slot = (*held)->slot();
@@ -205,6 +222,7 @@ Exit run(const config::Config& c) {
   report.exit_code = code.code;
   report.ended = std::chrono::system_clock::now();
   if (c.metrics_file) {
+    if (!report.last_success_us) report.last_success_us = previous_last_success(*c.metrics_file);
     if (auto written = write_metrics_file(*c.metrics_file, report); !written)
       log::event(log::Level::warn, "metrics_failed", "cannot write the metrics file: " + written.error(),
                  {{"lock", c.run.lock}});

@@ -32,10 +32,12 @@ enum Command : unsigned {
   k_fence_redis = 1u << 8,
   k_fence_sql = 1u << 9,
   k_version = 1u << 10,  // `fencerun [-r URL] --version`
+  k_history = 1u << 11,
 };
-constexpr unsigned k_every = (1u << 11) - 1;
+constexpr unsigned k_every = (1u << 12) - 1;
 // Commands that talk to a Redis server: they take the connection options.
-constexpr unsigned k_server = k_run | k_status | k_list | k_break | k_bump | k_fence_redis | k_version;
+constexpr unsigned k_server =
+    k_run | k_status | k_list | k_break | k_bump | k_history | k_fence_redis | k_version;
 // Every command that does something takes the logging options.
 constexpr unsigned k_logging = k_every & ~k_fence;
 
@@ -52,6 +54,7 @@ constexpr std::array k_commands = {
     CommandSpec{k_list, "list", config::Subcommand::list, config::FenceGuard::none},
     CommandSpec{k_break, "break", config::Subcommand::break_lock, config::FenceGuard::none},
     CommandSpec{k_bump, "bump", config::Subcommand::bump, config::FenceGuard::none},
+    CommandSpec{k_history, "history", config::Subcommand::history, config::FenceGuard::none},
     CommandSpec{k_acl, "acl", config::Subcommand::acl, config::FenceGuard::none},
     CommandSpec{k_fence, "fence", config::Subcommand::fence, config::FenceGuard::none},
     CommandSpec{k_fence_file, "fence file", config::Subcommand::fence, config::FenceGuard::file},
@@ -61,8 +64,8 @@ constexpr std::array k_commands = {
 };
 
 // The words recognised as a subcommand (`help` too: `fencerun help status`).
-constexpr std::array<std::string_view, 8> k_subcommand_words = {"run", "status", "list", "break",
-                                                                "bump", "acl", "fence", "help"};
+constexpr std::array<std::string_view, 9> k_subcommand_words = {"run",     "status", "list",  "break", "bump",
+                                                                "history", "acl",    "fence", "help"};
 
 const CommandSpec& command_spec(unsigned bit) {
   for (const auto& c : k_commands)
@@ -138,6 +141,22 @@ constexpr std::array k_options = {
       o.lease_lost_exit_code = int_value("--lease-lost-exit-code", v, k_exit_code);
     },
     "exit code when the lease was lost and the command was\nstopped (default: 124)"},
+  OptionSpec{0, "min-interval", "DUR", k_run,
+    [](Options& o, std::string_view, std::string_view v) { o.min_interval = s(v); },
+    "do not start COMMAND when the last successful run of\n"
+    "NAME started less than DUR ago (server time); exit\n"
+    "with --skip-exit-code instead"},
+  OptionSpec{0, "skip-exit-code", "N", k_run,
+    [](Options& o, std::string_view, std::string_view v) {
+      o.skip_exit_code = int_value("--skip-exit-code", v, k_exit_code);
+    },
+    "exit code when --min-interval skips the run\n(default: 0)"},
+  OptionSpec{0, "records-ttl", "DUR", k_run,
+    [](Options& o, std::string_view, std::string_view v) { o.records_ttl = s(v); },
+    "how long the record of NAME's runs is kept after its\nlast run (default: 720h, 30 days)"},
+  OptionSpec{0, "keep-runs", "N", k_run,
+    [](Options& o, std::string_view, std::string_view v) { o.keep_runs = s(v); },
+    "how many runs of NAME the record keeps, 1 to 1000\n(default: 20)"},
   OptionSpec{0, "timeout", "DUR", k_server, [](Options& o, std::string_view, std::string_view v) { o.timeout = v; },
     "bound on connecting and on each Redis request\n(default: 2s)"},
   OptionSpec{0, "key-prefix", "STR", k_server | k_acl,
@@ -175,7 +194,10 @@ constexpr std::array k_options = {
   OptionSpec{0, "tls-insecure", "", k_server,
     [](Options& o, std::string_view, std::string_view) { o.tls_insecure = true; },
     "do not verify the server certificate (warns)"},
-  OptionSpec{0, "json", "", k_status | k_list, [](Options& o, std::string_view, std::string_view) { o.json = true; },
+  OptionSpec{'n', "count", "N", k_history,
+    [](Options& o, std::string_view, std::string_view v) { o.history_count = s(v); },
+    "show the newest N runs (default: all kept)"},
+  OptionSpec{0, "json", "", k_status | k_list | k_history, [](Options& o, std::string_view, std::string_view) { o.json = true; },
     "print JSON"},
   OptionSpec{0, "all", "", k_list, [](Options& o, std::string_view, std::string_view) { o.list_all = true; },
     "also free locks that have issued tokens"},
@@ -292,7 +314,7 @@ class Scan {
     if (m_command == k_version) return finish_version();
     if (m_command == k_fence) scan_fence();
     if (m_command == k_run) return scan_run();
-    if (m_command & (k_status | k_list | k_break | k_bump | k_acl)) return scan_admin();
+    if (m_command & (k_status | k_list | k_break | k_bump | k_history | k_acl)) return scan_admin();
     return scan_guard();
   }
 
@@ -445,7 +467,7 @@ class Scan {
     if (command.empty()) return help_of("");
     const std::string text = help_text(command);
     if (text.empty()) throw UsageError("help: no help for '" + command + "' (commands: run, status, list, break, "
-                                       "bump, acl, fence, fence file, fence redis, fence sql)");
+                                       "bump, history, acl, fence, fence file, fence redis, fence sql)");
     return help_of(command);
   }
 
@@ -649,6 +671,7 @@ Subcommands (options may come before or after the subcommand word):
   list [PATTERN]           held locks (the server needs SCAN)
   break NAME               delete a lock and its waiter queue
   bump NAME --above N      raise a token counter
+  history NAME             the recorded runs of NAME, newest first
   acl                      print the least-privilege Redis ACL rule
   fence file|redis|sql     resource-side guards that check the token
   help SUBCOMMAND          the help of a subcommand (also SUBCOMMAND --help)
@@ -713,6 +736,17 @@ stay below 2^53 and a counter is never lowered: a counter raised near 2^53
 leaves the lock unusable, with no way back but deleting its keys by hand.
 )",
                     k_bump, "0 raised (or already above N); 64 usage error;\n69 Redis unavailable.");
+}
+
+std::string history_help() {
+  return admin_help("fencerun [OPTIONS] history [OPTIONS] NAME",
+                    R"(List the recorded runs of NAME, newest first: how each ended (ok, failed,
+stopped, lost, killed), its exit code or signal, how long it ran, when it
+ended, host, pid and token. The server keeps the last --keep-runs runs (20 by
+default) for --records-ttl (720h by default) after the last run. With --json,
+a JSON array.
+)",
+                    k_history, "0 runs listed; 3 none recorded; 64 usage error; 69 Redis\nunavailable.");
 }
 
 std::string acl_help() {
@@ -839,6 +873,7 @@ std::string help_text(std::string_view command) {
   if (command == "list") return list_help();
   if (command == "break") return break_help();
   if (command == "bump") return bump_help();
+  if (command == "history") return history_help();
   if (command == "acl") return acl_help();
   if (command == "fence") return fence_help();
   if (command == "fence file") return fence_file_help();
@@ -848,7 +883,8 @@ std::string help_text(std::string_view command) {
 }
 
 std::vector<std::string> help_commands() {
-  return {"", "run", "status", "list", "break", "bump", "acl", "fence", "fence file", "fence redis", "fence sql"};
+  return {"",    "run",   "status",     "list",        "break",    "bump",
+          "history", "acl", "fence", "fence file", "fence redis", "fence sql"};
 }
 
 std::vector<DeclaredOptions> declared_options() {

@@ -63,6 +63,17 @@ long limit_option(const std::string& text) {
   return n;
 }
 
+// --keep-runs N, history -n N: a whole number from 1 to 1000 (lease::k_max_keep_runs).
+long count_option(std::string_view option, const std::string& text) {
+  const bool digits = !text.empty() && text.size() <= 4 &&
+                      std::all_of(text.begin(), text.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+  const long n = digits ? std::stol(text) : 0;
+  if (!digits || n < 1 || n > lease::k_max_keep_runs)
+    throw UsageError(std::string(option) + ": '" + text + "' is not a whole number from 1 to " +
+                     std::to_string(lease::k_max_keep_runs));
+  return n;
+}
+
 // break --owner PREFIX: the start of an owner id (32 hex digits), long enough to name one holder.
 std::string owner_prefix_option(const std::string& text) {
   constexpr std::size_t k_min = 8, k_max = 32;
@@ -461,6 +472,10 @@ Config make_config(const Options& o, const GetEnv& getenv, const ParseSignal& pa
     if (o.break_owner) c.break_owner = owner_prefix_option(*o.break_owner);
     return c;
   }
+  if (o.subcommand == Subcommand::history) {
+    if (o.history_count) c.history_count = count_option("-n", *o.history_count);
+    return c;
+  }
   if (o.subcommand == Subcommand::bump) {
     if (!o.bump_above) throw UsageError("bump: missing --above N");
     c.bump_above = token_option("--above", *o.bump_above);
@@ -493,6 +508,24 @@ Config make_config(const Options& o, const GetEnv& getenv, const ParseSignal& pa
   }
   c.run.conflict_exit_code = exit_code_option("--conflict-exit-code", o.conflict_exit_code);
   c.run.lease_lost_exit_code = exit_code_option("--lease-lost-exit-code", o.lease_lost_exit_code);
+  c.run.skip_exit_code = exit_code_option("--skip-exit-code", o.skip_exit_code);
+  if (o.records_ttl) {
+    c.run.records.ttl = duration_option("--records-ttl", *o.records_ttl);
+    if (c.run.records.ttl <= milliseconds::zero())
+      throw UsageError("--records-ttl: must be positive, got " + *o.records_ttl);
+  }
+  if (o.keep_runs) c.run.records.keep = count_option("--keep-runs", *o.keep_runs);
+  if (o.min_interval) {
+    const milliseconds m = duration_option("--min-interval", *o.min_interval);
+    if (m <= milliseconds::zero()) throw UsageError("--min-interval: must be positive, got " + *o.min_interval);
+    if (m > c.run.records.ttl)
+      throw UsageError("--min-interval: " + format_duration(m) + " is longer than the records' TTL " +
+                       format_duration(c.run.records.ttl) + " (--records-ttl): the last success would be forgotten first");
+    if (quorum) throw UsageError("--min-interval: not supported in quorum mode (several --redis servers) yet");
+    if (on_etcd) throw UsageError("--min-interval: not supported on etcd yet");
+    if (c.run.limit > 1) throw UsageError("--min-interval: not supported with --limit N yet");
+    c.run.min_interval = m;
+  }
   if (o.min_replicas < 0) throw UsageError("--min-replicas: must not be negative");
   c.run.min_replicas = o.min_replicas;
   c.run.replica_timeout = duration_option("--replica-timeout", o.replica_timeout);

@@ -12,6 +12,7 @@
 #include "config/options.hpp"
 #include "etcd/url.hpp"
 #include "redis/url.hpp"
+#include "lease/run_record.hpp"
 #include "lease/timing.hpp"
 
 namespace fencerun::config {
@@ -67,6 +68,9 @@ struct RunConfig {
   long limit = 1;                    // holders at once (--limit N, 1..1024); 1 is the plain lock
   int conflict_exit_code = exit_code::k_conflict_default;
   int lease_lost_exit_code = exit_code::k_lease_lost_default;
+  int skip_exit_code = exit_code::k_skipped_default;
+  std::optional<milliseconds> min_interval;  // --min-interval
+  lease::RecordSettings records;             // --records-ttl, --keep-runs
   std::vector<std::string> command;  // with --shell: {"/bin/sh", "-c", COMMAND}
   int min_replicas = 0;               // WAIT for this many replicas after acquiring
   milliseconds replica_timeout{1000};
@@ -88,7 +92,9 @@ struct Config {
   std::optional<std::string> break_owner;
   bool yes = false;
   // bump: the next token must be greater than this
-  std::uint64_t bump_above = 0;  // run: Prometheus textfile written after the run
+  std::uint64_t bump_above = 0;
+  // history: how many runs to show (-n N, default all that are kept)
+  long history_count = lease::k_max_keep_runs;  // run: Prometheus textfile written after the run
 };
 
 using GetEnv = std::function<std::optional<std::string>(const char*)>;

@@ -10,7 +10,7 @@
 
 namespace fencerun::config {
 
-enum class Subcommand { run, status, acl, fence, list, break_lock, bump, version, help };
+enum class Subcommand { run, status, acl, fence, list, break_lock, bump, history, version, help };
 
 // The most words CMD of `fence redis` may have: the script passes them to redis.pcall through
 // Lua's unpack(), which returns at most 7998 values in the Lua 5.1 of Redis (LUAI_MAXCSTACK 8000
@@ -36,6 +36,11 @@ struct Options {
   std::optional<std::string> metrics_file;
   int conflict_exit_code = exit_code::k_conflict_default;
   int lease_lost_exit_code = exit_code::k_lease_lost_default;
+  int skip_exit_code = exit_code::k_skipped_default;
+  std::optional<std::string> min_interval;
+  std::optional<std::string> records_ttl;
+  std::optional<std::string> keep_runs;
+  std::optional<std::string> history_count;  // history -n N
   std::string timeout = "2s";
   std::string key_prefix = "fencerun:";
   bool shell = false;

@@ -59,6 +59,11 @@ class Backend {
   // k_unavailable (logged) when the servers could not be walked.
   virtual int list(const ListRequest& request) const = 0;
 
+  // history NAME: prints the recorded runs of NAME, newest first, at most `count` (text, or a JSON array
+  // with `json`). Returns 0 when some are recorded, k_status_free when none, k_unavailable (logged)
+  // when that cannot be told. A backend that keeps no record says so and returns k_unavailable.
+  virtual int history(const std::string& lock, long count, bool json) const;
+
   // --version -r URL: prints which server each one is, its version and how a lock is released there.
   // Returns 0, or k_unavailable (logged) when one cannot be reached.
   virtual int server_version() const = 0;
@@ -72,6 +77,9 @@ class Backend {
   virtual redis::Result<bool> break_holder(const std::string& lock, long limit, std::string_view owner) = 0;
   virtual redis::Result<Bumped> bump(const std::string& lock, std::uint64_t above) = 0;
 };
+
+// history's output for `records` (newest first; run_record.hpp), the server's time `now_us`.
+void print_history(const std::string& lock, const std::vector<std::string>& records, std::uint64_t now_us, bool json);
 
 // The backend for `target`: by the URL's scheme and the number of servers. Never connects.
 std::unique_ptr<Backend> make_backend(const BackendTarget& target);

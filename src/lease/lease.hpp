@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "lease/run_record.hpp"
 #include "lease/timing.hpp"
 #include "util/clock.hpp"
 
@@ -36,6 +37,11 @@ struct LeaseRequest {
   int min_replicas = 0;                                     // replicas that must confirm it
   milliseconds replica_timeout{1000};
   milliseconds request_timeout{2000};  // bound of every request
+  // The record of runs NAME's server keeps (run_record.hpp), and --min-interval: the command is not
+  // started when the last successful run of NAME started less than this long ago (server time).
+  RecordSettings records;
+  std::optional<milliseconds> min_interval;
+  std::string version;  // fencerun's, for the record
 };
 
 // The caller's side of waiting: a sleep that a signal may end.
@@ -54,10 +60,12 @@ struct NotAcquired {
     unavailable,  // the server could not be used, or did not confirm the lock (replicas)
     interrupted,  // a signal ended the wait
     limit_mismatch,  // the lock is held with another --limit
+    skipped,         // --min-interval: the last success started too recently (nothing is held)
   };
   Reason reason;
   int signal = 0;       // interrupted: which
   long held_limit = 0;  // limit_mismatch: the lock's limit
+  std::uint64_t last_success_us = 0;  // skipped: when the last success started (server time), 0 unknown
 };
 
 class HeldLease {
@@ -90,9 +98,17 @@ class HeldLease {
   virtual int wake_fd() const = 0;
   virtual Stats stats() const = 0;
 
+  // The run's start by the server's clock (microseconds), when it keeps a record of runs.
+  virtual std::optional<std::uint64_t> started_us() const { return std::nullopt; }
+  // How the run ended, for the record the release writes (before release()).
+  virtual void set_outcome(const RunOutcome& outcome) { m_outcome = outcome; }
+
   // Owner-checked release, bounded by the request timeout. not_ours: the lock was gone or held by
   // another owner by then.
   virtual Released release() = 0;
+
+ protected:
+  std::optional<RunOutcome> m_outcome;
 };
 
 class Lease {

@@ -19,7 +19,7 @@ using detail::to_number;
 LockKeys keys_for(std::string_view prefix, std::string_view name) {
   std::string base = std::string(prefix) + "{" + std::string(name) + "}:";
   return LockKeys{base + "lock",    base + "token",  base + "queue", base + "tickets", base + "turn",
-                  base + "wake:",   base + "limit",  base + "slot:", base + "turns"};
+                  base + "wake:",   base + "limit",  base + "slot:", base + "turns", base};
 }
 
 Holder parse_holder(std::string_view value) {
@@ -48,18 +48,27 @@ Result<AcquireResult> parse_acquire_reply(const Reply& reply, Deadline sent) {
     if (!held || *held < 1) return std::unexpected(protocol_error("acquire script returned a malformed limit"));
     return LimitMismatch{static_cast<long>(*held)};
   }
+  if (e[0].integer == 3) {
+    auto now = e.size() >= 3 && e[2].is_string() ? to_number<std::uint64_t>(e[2].str) : std::nullopt;
+    if (!e[1].is_string() || !now) return std::unexpected(protocol_error("acquire script returned a malformed skip"));
+    return Skipped{e[1].str, *now};
+  }
   if (e[0].integer == 1) {
     auto token = e[1].as_integer();
     if (!token || *token <= 0 || !e[2].is_string())
       return std::unexpected(protocol_error("acquire script returned a malformed token"));
     auto gap = e.size() >= 5 ? e[4].as_integer() : std::nullopt;
     if (!gap || *gap < 0) return std::unexpected(protocol_error("acquire script returned no clock check"));
-    Acquired acquired{static_cast<std::uint64_t>(*token), 0, e[2].str, sent, std::nullopt};
+    Acquired acquired;
+    acquired.token = static_cast<std::uint64_t>(*token);
+    acquired.value = e[2].str;
+    acquired.sent = sent;
     if (e.size() >= 6) {
       auto slot = e[5].as_integer();
       if (!slot || *slot < 0) return std::unexpected(protocol_error("acquire script returned a malformed slot"));
       acquired.slot = static_cast<int>(*slot);
     }
+    if (e.size() >= 7 && e[6].is_string()) acquired.started_us = e[6].str;
     acquired.server_clock_behind = *gap > 0;
     acquired.server_clock_gap = std::chrono::microseconds(*gap);
     return acquired;
@@ -86,9 +95,18 @@ Result<AcquireResult> LeaseClient::try_acquire(std::string_view owner, std::chro
   // absent queue keys cannot make the request fail with TRYAGAIN.
   std::string_view all_keys[] = {m_keys.lock, m_keys.token, m_keys.queue, m_keys.tickets, m_keys.turn};
   std::span<const std::string_view> keys(all_keys, queueing.fair || queueing.queued ? 5 : 2);
+  std::string min_ms, records_ttl, keep;
+  if (m_records) {
+    min_ms = std::to_string(m_records->min_interval_ms);
+    records_ttl = std::to_string(m_records->settings.ttl.count());
+    keep = std::to_string(m_records->settings.keep);
+  }
   std::string_view args[] = {owner,       ttl_ms,  pid_text,     host, queueing.fair ? "1" : "0",
-                             queueing.queued ? "1" : "0", m_keys.wake, turn_ms, m_keys.limit, m_keys.slots};
-  return detail::acquire_with_ack(m_client, scripts::k_acquire, keys, args, ack, deadline);
+                             queueing.queued ? "1" : "0", m_keys.wake, turn_ms, m_keys.limit, m_keys.slots,
+                             m_keys.runs_base, min_ms, records_ttl, keep,
+                             m_records ? std::string_view(m_records->version) : std::string_view()};
+  std::span<const std::string_view> sent_args(args, m_records ? 15 : 10);
+  return detail::acquire_with_ack(m_client, scripts::k_acquire, keys, sent_args, ack, deadline);
 }
 
 Result<RenewOutcome> LeaseClient::renew(std::string_view value, std::chrono::milliseconds ttl, Deadline deadline,
@@ -160,6 +178,71 @@ Result<bool> LeaseClient::release(std::string_view owner, std::optional<std::str
   return *n == 1;
 }
 
+Result<bool> LeaseClient::release_recorded(std::string_view owner, std::string_view value, const Acquired& acquired,
+                                          const RunOutcome& outcome, Deadline deadline) {
+  if (!m_records || acquired.started_us.empty()) return release(owner, value, deadline);
+  std::string turn_ms = std::to_string(k_turn.count());
+  std::string_view queue_keys[] = {m_keys.lock, m_keys.queue, m_keys.turn};
+  const Holder h = parse_holder(value);
+  const std::string code = outcome.exit_code ? std::to_string(*outcome.exit_code) : "-";
+  const std::string sig = outcome.signal ? std::to_string(*outcome.signal) : "-";
+  const std::string records_ttl = std::to_string(m_records->settings.ttl.count());
+  const std::string keep = std::to_string(m_records->settings.keep);
+  const std::string token = std::to_string(acquired.token);
+  const std::string pid = h.pid ? std::to_string(*h.pid) : "-";
+  const std::string host = h.host.empty() ? "-" : h.host;
+  // The record's arguments, as release.lua and record.lua take them from ARGV[4] on.
+  const std::string_view record[] = {m_keys.runs_base, outcome.outcome, code,  sig,  records_ttl,       keep,
+                                     acquired.started_us, token,          pid,   host, m_records->version};
+  std::string_view wake_args[] = {m_keys.wake, turn_ms};
+  Deadline sent{};
+  auto record_alone = [&](std::string_view known) -> Result<void> {
+    std::vector<std::string_view> args = {owner, value, known};
+    args.insert(args.end(), std::begin(record), std::end(record));
+    std::string_view lock_key[] = {m_keys.lock};
+    auto r = run_script(m_client, scripts::k_record, lock_key, args, deadline, sent, redis::Resend::idempotent);
+    if (!r) return std::unexpected(r.error());
+    return {};
+  };
+  const ReleasePath path = m_native_refused ? ReleasePath::script : release_path(m_client.server());
+  if (path != ReleasePath::script) {
+    // The record first (it sees the lock still ours), then the native delete and the wake, in one
+    // write: still one round trip.
+    std::vector<std::string_view> rec = {"EVALSHA", scripts::k_record.sha1, "1", m_keys.lock, owner, value, ""};
+    rec.insert(rec.end(), std::begin(record), std::end(record));
+    std::vector<std::string_view> del = {"DELIFEQ", m_keys.lock, value};
+    if (path == ReleasePath::delex) del = {"DELEX", m_keys.lock, "IFEQ", value};
+    std::vector<std::vector<std::string_view>> commands = {
+        std::move(rec), std::move(del),
+        {"EVALSHA", scripts::k_wake.sha1, "3", m_keys.lock, m_keys.queue, m_keys.turn, m_keys.wake, turn_ms}};
+    auto replies = m_client.pipeline(commands, deadline, redis::Resend::idempotent);
+    if (!replies) return std::unexpected(replies.error());
+    const bool recorded = !(*replies)[0].is_error();
+    const Reply& reply = (*replies)[1];
+    if (auto n = reply.as_integer(); n && !reply.is_error()) {
+      if (!recorded) [[maybe_unused]] auto r = record_alone(*n == 1 ? "1" : "0");
+      if ((*replies)[2].error_is("NOSCRIPT"))
+        [[maybe_unused]] auto woken = run_script(m_client, scripts::k_wake, queue_keys, wake_args, deadline, sent,
+                                                redis::Resend::idempotent);
+      return *n == 1;
+    }
+    // Refused (renamed, not allowed by the ACL): nothing was deleted. The script from now on; the
+    // record is written by it unless the record script already wrote it.
+    m_native_refused = true;
+    if (recorded) return release(owner, value, deadline);
+  }
+  std::vector<std::string_view> args = {owner, m_keys.wake, turn_ms};
+  args.insert(args.end(), std::begin(record), std::end(record));
+  auto reply = run_script(m_client, scripts::k_release, queue_keys, args, deadline, sent, redis::Resend::idempotent);
+  if (!reply && reply.error().kind == Error::Kind::migrating)
+    reply = run_script(m_client, scripts::k_release, std::span(queue_keys, 1), args, deadline, sent,
+                       redis::Resend::idempotent);
+  if (!reply) return std::unexpected(reply.error());
+  auto n = reply->as_integer();
+  if (!n) return std::unexpected(protocol_error("unexpected reply to the release script"));
+  return *n == 1;
+}
+
 Result<void> LeaseClient::leave_queue(std::string_view owner, Deadline deadline) {
   std::string turn_ms = std::to_string(k_turn.count());
   std::string_view keys[] = {m_keys.lock, m_keys.queue, m_keys.turn};
@@ -198,9 +281,11 @@ Result<LockStatus> lock_status(redis::Client& client, const LockKeys& keys, Dead
     if (auto ms = pttl.as_integer(); ms && *ms >= 0) h.remaining = std::chrono::milliseconds(*ms);
     return h;
   };
+  const std::string runs = keys.runs(), last_ok = keys.last_ok();
   std::vector<std::vector<std::string_view>> commands = {{"GET", keys.lock},   {"PTTL", keys.lock},
                                                          {"GET", keys.token},  {"GET", keys.limit},
-                                                         {"ZCARD", keys.queue}};
+                                                         {"ZCARD", keys.queue}, {"LINDEX", runs, "0"},
+                                                         {"GET", last_ok},      {"TIME"}};
   auto replies = client.pipeline(commands, deadline, redis::Resend::idempotent);
   redirected(replies, commands);
   if (auto ok = check(replies); !ok) return std::unexpected(ok.error());
@@ -208,6 +293,12 @@ Result<LockStatus> lock_status(redis::Client& client, const LockKeys& keys, Dead
   LockStatus s;
   if (r[2].is_string()) s.last_token = to_number<std::uint64_t>(r[2].str);
   s.waiters = static_cast<long>(r[4].as_integer().value_or(0));
+  if (r[5].is_string()) s.last_run = r[5].str;
+  if (r[6].is_string()) s.last_success = r[6].str;
+  if (r[7].is_array() && r[7].elements.size() == 2 && r[7].elements[0].is_string() && r[7].elements[1].is_string()) {
+    auto sec = to_number<std::uint64_t>(r[7].elements[0].str), usec = to_number<std::uint64_t>(r[7].elements[1].str);
+    if (sec && usec) s.now_us = *sec * 1'000'000 + *usec;
+  }
   if (auto h = holder_at(0, r[0], r[1])) {
     s.holders.push_back(std::move(*h));
     return s;

@@ -27,6 +27,10 @@ struct LockKeys {
   std::string limit;    // <prefix>{NAME}:limit    a counting lock's N, while a slot is held
   std::string slots;    // <prefix>{NAME}:slot:    + I: slot I of a counting lock
   std::string turns;    // <prefix>{NAME}:turns    a counting lock's waiters woken to take a free slot
+  std::string runs_base;  // <prefix>{NAME}:      the run records' keys: run, ok, runs (scripts/_runs.lua)
+  std::string run() const { return runs_base + "run"; }
+  std::string last_ok() const { return runs_base + "ok"; }
+  std::string runs() const { return runs_base + "runs"; }
   std::string wake_channel(std::string_view owner) const { return wake + std::string(owner); }
   std::string slot(long i) const { return slots + std::to_string(i); }
 };
@@ -53,6 +57,7 @@ struct Acquired {
   // how far behind it was; zero when it was not.
   bool server_clock_behind = false;
   std::chrono::microseconds server_clock_gap{0};
+  std::string started_us;  // the run's start, server time (empty when the script keeps no record)
 };
 
 // How many replicas must confirm an acquisition (WAIT), and for how long to wait for them.
@@ -84,7 +89,20 @@ struct Busy {
 struct LimitMismatch {
   long held = 0;
 };
-using AcquireResult = std::variant<Acquired, Busy, LimitMismatch>;
+// --min-interval: the last success (its record) started too recently; nothing is held.
+struct Skipped {
+  std::string last_success;
+  std::uint64_t now_us = 0;  // server time
+};
+using AcquireResult = std::variant<Acquired, Busy, LimitMismatch, Skipped>;
+
+// What the acquire and release scripts need to keep the record of runs, and --min-interval (ms, 0:
+// none). `run` is filled in at release.
+struct RecordArgs {
+  RecordSettings settings;
+  long long min_interval_ms = 0;
+  std::string version;
+};
 
 // Decodes an acquire script's reply (acquired, busy, or held with another limit); `sent` goes into
 // Acquired. A protocol error when the reply does not have the script's shape.
@@ -102,6 +120,9 @@ struct LockStatus {
   std::vector<SlotHolder> holders;  // by slot; the plain lock's holder is slot 0
   long waiters = 0;                // in the wait queue
   std::optional<std::uint64_t> last_token;
+  std::optional<std::string> last_run;      // the newest record of a run (run_record.hpp)
+  std::optional<std::string> last_success;  // the last successful run's record
+  std::uint64_t now_us = 0;                 // the server's time
 };
 // What NAME's keys say: its holders (a plain lock or the slots of a counting one), waiters and last
 // token. Two round trips for a counting lock, one otherwise.
@@ -143,6 +164,15 @@ class LockOps : public Renewer {
                                                    const Queueing& queueing, Deadline deadline) = 0;
   // A waiter gives up its place in the queue (the next one takes it).
   virtual redis::Result<void> leave_queue(std::string_view owner, Deadline deadline) = 0;
+  // The record of runs: kept by the acquire and release scripts from now on (the plain lock's only).
+  virtual void keep_records(RecordArgs args) { (void)args; }
+  // release() that also writes the run's record (with `value` and `outcome`, when records are kept).
+  virtual redis::Result<bool> release_recorded(std::string_view owner, std::string_view value,
+                                               const Acquired& acquired, const RunOutcome& outcome,
+                                               Deadline deadline) {
+    (void)acquired, (void)outcome;
+    return release(owner, value, deadline);
+  }
   // Owner-checked compare-and-delete. true: deleted; false: it was not ours any more. `value` is the
   // full value when known; without it the owner id (the value's first word) decides.
   virtual redis::Result<bool> release(std::string_view owner, std::optional<std::string_view> value,
@@ -168,10 +198,14 @@ class LeaseClient final : public LockOps {
   // otherwise the release script compares the owner id.
   redis::Result<bool> release(std::string_view owner, std::optional<std::string_view> value,
                               Deadline deadline) override;
+  void keep_records(RecordArgs args) override { m_records = std::move(args); }
+  redis::Result<bool> release_recorded(std::string_view owner, std::string_view value, const Acquired& acquired,
+                                       const RunOutcome& outcome, Deadline deadline) override;
 
  private:
   redis::Client& m_client;
   LockKeys m_keys;
+  std::optional<RecordArgs> m_records;
   bool m_native_refused = false;  // the native command failed once (renamed, ACL): the script from then on
 };
 

@@ -41,7 +41,8 @@ std::string list_json_fields(const std::string& name, const LockStatus& s) {
   for (std::size_t i = 0; i < s.holders.size(); ++i)
     out += std::string(i ? "," : "") + "{\"slot\":" + std::to_string(s.holders[i].slot) + "," +
            holder_json(s.holders[i]) + "}";
-  return out + "],\"waiters\":" + std::to_string(s.waiters) + ",\"last_token\":" + number_or_null(s.last_token);
+  return out + "],\"waiters\":" + std::to_string(s.waiters) + ",\"last_token\":" + number_or_null(s.last_token) +
+         runs_json(s);
 }
 
 QuorumView quorum_view(std::vector<redis::Result<LockStatus>> replies) {
@@ -102,13 +103,15 @@ std::string status_json(const std::string& lock, const LockStatus& s) {
   for (std::size_t i = 0; i < s.holders.size(); ++i)
     out += std::string(i ? "," : "") + "{\"slot\":" + std::to_string(s.holders[i].slot) + "," +
            holder_json(s.holders[i]) + "}";
-  out += "],\"waiters\":" + std::to_string(s.waiters) + ",\"last_token\":" + number_or_null(s.last_token) + "}\n";
+  out += "],\"waiters\":" + std::to_string(s.waiters) + ",\"last_token\":" + number_or_null(s.last_token) +
+         runs_json(s) + "}\n";
   return out;
 }
 
 std::string status_text(const std::string& lock, const LockStatus& s) {
   std::string out;
-  const std::string last = "last token: " + (s.last_token ? std::to_string(*s.last_token) : std::string("none")) + "\n";
+  const std::string last = "last token: " + (s.last_token ? std::to_string(*s.last_token) : std::string("none")) +
+                           "\n" + runs_status_text(s);
   // The plain lock's lines are those of before there were slots, with the waiters when there are any.
   const std::string waiters = "waiters: " + std::to_string(s.waiters) + "\n";
   const std::string plain_waiters = s.waiters > 0 ? waiters : std::string();
@@ -127,13 +130,41 @@ std::string status_text(const std::string& lock, const LockStatus& s) {
 
 std::string list_text(const std::string& name, const LockStatus& s) {
   const std::string tail = (s.waiters > 0 ? ", " + std::to_string(s.waiters) + " waiting" : std::string()) +
-                           ", last token " + (s.last_token ? std::to_string(*s.last_token) : std::string("none"));
+                           ", last token " + (s.last_token ? std::to_string(*s.last_token) : std::string("none")) +
+                           runs_list_text(s);
   if (s.holders.empty()) return name + ": free" + tail + "\n";
   if (s.limit == 1) return name + ": held by " + holder_text(s.holders.front()) + tail + "\n";
   std::string out = name + ": " + std::to_string(s.holders.size()) + " of " + std::to_string(s.limit) + " slots held" +
                     tail + "\n";
   for (const auto& h : s.holders) out += "  slot " + std::to_string(h.slot) + ": " + holder_text(h) + "\n";
   return out;
+}
+
+}  // namespace fencerun::lease
+
+namespace fencerun::lease {
+
+std::string runs_status_text(const LockStatus& s) {
+  if (!s.last_run && !s.last_success) return {};  // nothing recorded (a lock never run, or records expired)
+  auto line = [&](std::string_view label, const std::optional<std::string>& text) {
+    const auto r = text ? parse_run_record(*text) : std::nullopt;
+    return std::string(label) + ": " + (r ? run_record_text(*r, s.now_us) : std::string("none")) + "\n";
+  };
+  return line("last run", s.last_run) + line("last success", s.last_success);
+}
+
+std::string runs_json(const LockStatus& s) {
+  auto field = [](const std::optional<std::string>& text) {
+    const auto r = text ? parse_run_record(*text) : std::nullopt;
+    return r ? run_record_json(*r) : std::string("null");
+  };
+  return ",\"last_run\":" + field(s.last_run) + ",\"last_success\":" + field(s.last_success);
+}
+
+std::string runs_list_text(const LockStatus& s) {
+  const auto r = s.last_run ? parse_run_record(*s.last_run) : std::nullopt;
+  if (!r) return {};
+  return ", last run " + r->outcome + " " + age_text(r->end_us.value_or(r->start_us), s.now_us) + " ago";
 }
 
 }  // namespace fencerun::lease

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "lease/lease_client.hpp"
+#include "lease/run_record.hpp"
 #include "redis/client.hpp"
 
 namespace fencerun::lease {
@@ -53,5 +54,17 @@ QuorumView quorum_view(std::vector<redis::Result<LockStatus>> replies);
 std::string server_text(const redis::Result<LockStatus>& s);
 // The "servers" JSON array: {url, available, error} or {url, available, held, holder fields, counter}.
 std::string servers_json(const QuorumView& v, const std::vector<std::string>& urls);
+
+}  // namespace fencerun::lease
+
+namespace fencerun::lease {
+
+// status: "last run: ...\nlast success: ...\n" from the record of runs (run_record.hpp), "none" for
+// one that is not; nothing at all when no run is recorded.
+std::string runs_status_text(const LockStatus& s);
+// status --json, list --json: ,"last_run":{...}|null,"last_success":{...}|null
+std::string runs_json(const LockStatus& s);
+// list: ", last run OUTCOME AGE ago" (the run's end, or its start when it has none), or nothing.
+std::string runs_list_text(const LockStatus& s);
 
 }  // namespace fencerun::lease

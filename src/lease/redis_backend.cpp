@@ -59,6 +59,31 @@ class RedisBackend final : public Backend {
     return any_held ? 0 : exit_code::k_status_free;
   }
 
+  int history(const std::string& lock, long count, bool json) const override {
+    redis::Client client(m_target.endpoint);
+    const auto keys = keys_for(m_target.key_prefix, lock);
+    const std::string runs = keys.runs(), last = std::to_string(count - 1);
+    std::vector<std::vector<std::string_view>> commands = {{"LRANGE", runs, "0", last}, {"TIME"}};
+    auto replies = client.pipeline(commands, BootClock::now() + m_target.timeout, redis::Resend::idempotent);
+    if (replies && ((*replies)[0].is_error() || (*replies)[1].is_error()))
+      replies = std::unexpected(redis::Error{redis::Error::Kind::protocol,
+                                             "history query failed: " + ((*replies)[0].is_error() ? (*replies)[0].str
+                                                                                                  : (*replies)[1].str)});
+    if (!replies) {
+      log::event(log::Level::error, "redis_unavailable",
+                 "cannot use Redis at " + m_target.redacted_url + ": " + replies.error().message, {{"lock", lock}});
+      return exit_code::k_unavailable;
+    }
+    std::vector<std::string> records;
+    for (const auto& e : (*replies)[0].elements)
+      if (e.is_string()) records.push_back(e.str);
+    std::uint64_t now_us = 0;
+    const auto& t = (*replies)[1].elements;
+    if (t.size() == 2) now_us = std::stoull(t[0].str) * 1'000'000 + std::stoull(t[1].str);
+    print_history(lock, records, now_us, json);
+    return records.empty() ? exit_code::k_status_free : 0;
+  }
+
   int server_version() const override {
     return show_server(m_target.endpoint, m_target.redacted_url, "server", m_target.timeout) ? 0
                                                                                                : exit_code::k_unavailable;
@@ -87,6 +112,33 @@ class RedisBackend final : public Backend {
 };
 
 }  // namespace
+
+int Backend::history(const std::string& lock, long, bool) const {
+  log::event(log::Level::error, "no_history", "history: this mode keeps no record of runs", {{"lock", lock}});
+  return exit_code::k_unavailable;
+}
+
+void print_history(const std::string& lock, const std::vector<std::string>& records, std::uint64_t now_us, bool json) {
+  std::string out;
+  if (json) {
+    out = "[";
+    bool first = true;
+    for (const auto& text : records) {
+      auto r = parse_run_record(text);
+      if (!r) continue;
+      out += (first ? "" : ",") + run_record_json(*r);
+      first = false;
+    }
+    out += "]\n";
+  } else if (records.empty()) {
+    out = lock + ": no runs recorded\n";
+  } else {
+    for (const auto& text : records)
+      if (auto r = parse_run_record(text)) out += run_record_text(*r, now_us) + "\n";
+  }
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  std::fflush(stdout);
+}
 
 std::unique_ptr<Backend> make_redis_backend(const BackendTarget& target) {
   return std::make_unique<RedisBackend>(target);

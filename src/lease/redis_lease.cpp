@@ -107,6 +107,13 @@ class RedisHeldLease final : public KeptLease {
 
   std::uint64_t token() const override { return m_acquired.token; }
   long slot() const override { return m_acquired.slot; }
+  std::optional<std::uint64_t> started_us() const override {
+    std::uint64_t us = 0;
+    const auto& t = m_acquired.started_us;
+    auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), us);
+    if (t.empty() || ec != std::errc{} || end != t.data() + t.size()) return std::nullopt;
+    return us;
+  }
   std::vector<std::pair<std::string, std::string>> facts() const override {
     return {{"FENCERUN_TOKEN", std::to_string(m_acquired.token)},
             {"FENCERUN_LOCK", m_request.lock},
@@ -122,7 +129,9 @@ class RedisHeldLease final : public KeptLease {
     stop_keeping();
     m_released = true;
     const Deadline began = BootClock::now();
-    auto released = m_client.release(m_request.owner, m_acquired.value, began + m_request.request_timeout);
+    auto released = m_outcome ? m_client.release_recorded(m_request.owner, m_acquired.value, m_acquired, *m_outcome,
+                                                          began + m_request.request_timeout)
+                              : m_client.release(m_request.owner, m_acquired.value, began + m_request.request_timeout);
     if (!released) {
       log::event(log::Level::warn, "release_failed",
                  "could not release the lock (it expires by itself): " + released.error().message, m_context);
@@ -149,6 +158,8 @@ class RedisLease final : public Lease {
   RedisLease(RedisLeaseTarget target, LeaseRequest request)
       : m_target(std::move(target)), m_request(std::move(request)), m_client(m_target.endpoint),
         m_ops(make_ops(m_client, keys_for(m_target.key_prefix, m_request.lock), m_request.limit)), m_lease(*m_ops) {
+    m_lease.keep_records({m_request.records, m_request.min_interval ? m_request.min_interval->count() : 0,
+                          m_request.version});
     // The log says which server the run talked to, and the release picks its native compare-and-delete.
     m_client.learn_server();
   }
@@ -199,6 +210,22 @@ class RedisLease final : public Lease {
                 {"holder_host", busy.holder.host.empty() ? "unknown" : busy.holder.host},
                 busy.remaining ? log::millis("ttl", *busy.remaining, util::format_duration(*busy.remaining))
                                : log::Field{"ttl", "none"}});
+  }
+  void log_skipped(const Skipped& skipped) const {
+    const auto last = parse_run_record(skipped.last_success);
+    const std::string interval = util::format_duration(*m_request.min_interval);
+    if (!last) {
+      log::event(log::Level::info, "skipped", "skipped: the last success started less than " + interval + " ago",
+                 {{"lock", m_request.lock}});
+      return;
+    }
+    log::event(log::Level::info, "skipped",
+               "skipped: the last success started " + age_text(last->start_us, skipped.now_us) + " ago on " +
+                   last->host + " (token " + (last->token ? std::to_string(*last->token) : "unknown") +
+                   "), less than --min-interval " + interval + " ago",
+               {{"lock", m_request.lock}, {"last_success_host", last->host},
+                {"last_success_start_us", std::to_string(last->start_us)},
+                {"last_success_token", last->token ? std::to_string(*last->token) : "unknown"}});
   }
   // A queued waiter's busy answer does not name the holder: ask for it (for the message only); of a
   // counting lock's, the one whose lease ends first.
@@ -341,6 +368,13 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> RedisLease::acquire(Waite
       leave_queue();
       waited = since(began);
       return std::unexpected(NotAcquired{NotAcquired::Reason::limit_mismatch, 0, other->held});
+    }
+    if (auto* skipped = std::get_if<Skipped>(&*result)) {
+      log_skipped(*skipped);
+      leave_queue();
+      waited = since(began);
+      const auto last = parse_run_record(skipped->last_success);
+      return std::unexpected(NotAcquired{NotAcquired::Reason::skipped, 0, 0, last ? last->start_us : 0});
     }
     const auto& busy = std::get<Busy>(*result);
     now = BootClock::now();

@@ -13,6 +13,7 @@ inline constexpr int k_unavailable = 69;            // Redis cannot be used (EX_
 inline constexpr int k_internal = 70;               // fencerun's own failure (EX_SOFTWARE)
 inline constexpr int k_conflict_default = 75;       // the lock is busy (EX_TEMPFAIL); --conflict-exit-code
 inline constexpr int k_fence_stale = 77;            // fence: a stale token was rejected
+inline constexpr int k_skipped_default = 0;         // --min-interval: skipped, ran recently; --skip-exit-code
 inline constexpr int k_lease_lost_default = 124;    // the lease was lost (as timeout(1)); --lease-lost-exit-code
 inline constexpr int k_cannot_execute = 126;        // COMMAND found but not executable
 inline constexpr int k_not_found = 127;             // COMMAND not found

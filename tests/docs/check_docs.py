@@ -24,9 +24,9 @@ import shutil
 import subprocess
 import sys
 
-SUBCOMMANDS = ["run", "status", "list", "break", "bump", "acl", "fence", "help"]
+SUBCOMMANDS = ["run", "status", "list", "break", "bump", "history", "acl", "fence", "help"]
 # Every command with a help of its own (`fencerun help CMD`), and the words that select it.
-HELP_COMMANDS = [[], ["run"], ["status"], ["list"], ["break"], ["bump"], ["acl"], ["fence"], ["fence", "file"],
+HELP_COMMANDS = [[], ["run"], ["status"], ["list"], ["break"], ["bump"], ["history"], ["acl"], ["fence"], ["fence", "file"],
                  ["fence", "redis"], ["fence", "sql"]]
 FENCE_GUARDS = ["file", "redis", "sql"]
 SKIP = 77

@@ -22,6 +22,8 @@ except ImportError:
 PREFIX = "fencerun_last_"
 NAMES = ["start_timestamp_seconds", "end_timestamp_seconds", "duration_seconds", "lock_wait_seconds",
          "acquired", "exit_code", "token", "renewals", "renew_failures", "lease_lost"]
+# Written when the run knows of a successful run of the lock (the server's record of runs).
+OPTIONAL = ["success_timestamp_seconds"]
 INTEGRAL = {"acquired", "exit_code", "token", "renewals", "renew_failures", "lease_lost"}
 
 
@@ -41,7 +43,7 @@ def main():
 
     seen = [f.name for f in families]
     expected = [PREFIX + n for n in NAMES]
-    if sorted(seen) != sorted(expected):
+    if sorted(n for n in seen if n[len(PREFIX):] not in OPTIONAL) != sorted(expected):
         problems.append(f"metric families {seen}, expected {expected}")
     for fam in families:
         if fam.type != "gauge":
@@ -61,7 +63,9 @@ def main():
             problems.append(f"{fam.name}: {s.value} is not an integer")
         values[short] = s.value
 
-    if len(values) == len(NAMES):
+    if "success_timestamp_seconds" in values and not (0 < values["success_timestamp_seconds"] <= time.time() + 5):
+        problems.append(f"last success {values['success_timestamp_seconds']} is not a recent Unix time")
+    if len([n for n in values if n not in OPTIONAL]) == len(NAMES):
         start, end = values["start_timestamp_seconds"], values["end_timestamp_seconds"]
         now = time.time()
         if not (now - 600 <= start <= end <= now + 5):

@@ -184,7 +184,9 @@ TEST_F(LimitCli, StatusListsEveryHolderTheLimitAndTheWaiters) {
                         long long waiters, long long last) {
     auto r = run({"status", "-r", redis().url(), name});
     EXPECT_EQ(r.exit_code, 0) << r;
-    const auto l = split_lines(r.out);
+    auto l = split_lines(r.out);
+    // An earlier plain run of NAME left its record: its two lines come last (tests/cron).
+    if (l.size() == slots.size() + 5 && l.back().starts_with("last success: ")) l.resize(slots.size() + 3);
     ASSERT_EQ(l.size(), slots.size() + 3) << r;
     EXPECT_EQ(l[0], name + ": " + std::to_string(slots.size()) + " of 3 slots held") << r;
     for (std::size_t i = 0; i < slots.size(); ++i) {

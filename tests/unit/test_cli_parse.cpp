@@ -313,7 +313,7 @@ std::map<std::string, Names> declared() {
 
 TEST(cli_help, documents_exactly_the_declared_options) {
   auto d = declared();
-  ASSERT_EQ(d.size(), 11u);
+  ASSERT_EQ(d.size(), 12u);
   EXPECT_EQ(fencerun::cli::help_text(""), fencerun::cli::help_text());
   // Every command's help documents exactly the options it takes.
   for (const std::string& command : fencerun::cli::help_commands()) {
@@ -499,13 +499,13 @@ TEST(cli_grammar, refuses_an_option_the_subcommand_does_not_take_wherever_it_sta
             "list does not take --ttl (an option of run); see fencerun list --help");
   EXPECT_EQ(usage_error({"--ttl", "5s", "acl"}), "acl does not take --ttl (an option of run); see fencerun acl --help");
   EXPECT_EQ(usage_error({"acl", "-r", "redis://h"}),
-            "acl does not take -r (an option of run, status, list, break, bump and fence redis); see fencerun acl "
-            "--help");
+            "acl does not take -r (an option of run, status, list, break, bump, history and fence redis); see "
+            "fencerun acl --help");
   EXPECT_EQ(usage_error({"--json", "x", "true"}),
-            "run does not take --json (an option of status and list); see fencerun run --help");
+            "run does not take --json (an option of status, list and history); see fencerun run --help");
   EXPECT_EQ(usage_error({"-r", "redis://h", "fence", "file", "x"}),
-            "fence file does not take -r (an option of run, status, list, break, bump and fence redis); see "
-            "fencerun fence file --help");
+            "fence file does not take -r (an option of run, status, list, break, bump, history and fence redis); "
+            "see fencerun fence file --help");
   EXPECT_EQ(usage_error({"--above", "5", "x", "true"}),
             "run does not take --above (an option of bump); see fencerun run --help");
 }

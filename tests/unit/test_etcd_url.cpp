@@ -138,6 +138,9 @@ TEST(etcd_config, refuses_what_etcd_cannot_honour) {
   o.bump_above = "5";
   EXPECT_NE(usage_error(o).find("not needed on etcd"), std::string::npos);
   o = etcd_run();
+  o.min_interval = "1h";
+  EXPECT_NE(usage_error(o).find("not supported on etcd"), std::string::npos);
+  o = etcd_run();
   o.tls_insecure = true;
   EXPECT_NE(usage_error(o).find("etcds://"), std::string::npos);
   o = etcd_run();

@@ -3,9 +3,14 @@
 -- KEYS: 1 lock, 2 token counter, 3 queue, 4 ticket counter, 5 turn.
 -- ARGV: 1 owner id, 2 ttl ms, 3 pid, 4 host, 5 '1' for fair waiting, 6 '1' when the caller listens on
 --       its channel (it joins the queue, or keeps its place), 7 the waiters' channel prefix, 8 turn ms,
---       9 the key of NAME's stored limit, 10 the key prefix of its slots (see slots_acquire.lua).
+--       9 the key of NAME's stored limit, 10 the key prefix of its slots (see slots_acquire.lua),
+--       11 the key base of NAME's run records ("<prefix>{NAME}:", see _runs.lua), 12 --min-interval in ms
+--       ('0': none), 13 the records' TTL in ms, 14 how many runs are kept, 15 fencerun's version.
 -- Acquired: {1, token, lock value, server version,
---            microseconds by which the server's clock is behind the counter (0 when it is not)}.
+--            microseconds by which the server's clock is behind the counter (0 when it is not),
+--            0 (the slot), the run's start (server time, microseconds)}.
+-- Skipped:  {3, the last success's record, server time in microseconds, version} (--min-interval: it
+--           started too recently); nothing is changed but a killed run's record.
 -- Busy:     {0, holder's PTTL (-2 when free but another waiter's turn), holder's value (false when
 --            the caller is queued), version, ms left of that waiter's turn (0 when the lock is held),
 --            the caller's place in the queue (0 first, -1 not queued), the queue's length}.
@@ -17,6 +22,7 @@
 -- counter is reported: it would not have protected a lost counter.
 -- @include _queue.lua
 -- @include _token.lua
+-- @include _runs.lua
 if redis.replicate_commands then redis.replicate_commands() end
 local version = redis.REDIS_VERSION_NUM or 0
 local lock, queue, turn = KEYS[1], KEYS[3], KEYS[5]
@@ -80,12 +86,32 @@ elseif fair then
   end
 end
 
+-- The lock is this caller's to take: first what the record of runs says (a run that ended without a
+-- release is recorded as killed; --min-interval looks at the last success).
+local base, now_us = ARGV[11], nil
+local records_ttl, keep = tonumber(ARGV[13] or ''), tonumber(ARGV[14] or '')
+if base and records_ttl and keep then
+  now_us = server_now_us()
+  record_killed(base, records_ttl, keep)
+  local min_ms = tonumber(ARGV[12]) or 0
+  if min_ms > 0 then
+    local last = too_recent(base, now_us, min_ms)
+    if last then return {3, last, string.format('%.0f', now_us), version} end
+  end
+end
+
 local text, behind_us = next_token(KEYS[2])
 if not text then return behind_us end
 local value = owner .. ' ' .. text .. ' ' .. ARGV[3] .. ' ' .. ARGV[4]
 redis.call('SET', lock, value, 'PX', ARGV[2])
+local started = ''
+if now_us then
+  started = string.format('%.0f', now_us)
+  redis.call('SET', base .. 'run', table.concat({owner, started, text, ARGV[3], ARGV[4], ARGV[15]}, ' '),
+             'PX', records_ttl)
+end
 if queued then
   redis.call('ZREM', queue, owner)
   tell_first(queue, wake, ARGV[2])
 end
-return {1, text, value, version, behind_us}
+return {1, text, value, version, behind_us, 0, started}

@@ -1,0 +1,90 @@
+#include "lease/run_record.hpp"
+
+#include <charconv>
+#include <vector>
+
+#include "log/log.hpp"
+
+namespace fencerun::lease {
+namespace {
+
+template <class T>
+std::optional<T> number(std::string_view s) {
+  T n{};
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
+  if (s.empty() || ec != std::errc{} || end != s.data() + s.size()) return std::nullopt;
+  return n;
+}
+
+template <class T>
+std::string json_number(const std::optional<T>& n) {
+  return n ? std::to_string(*n) : std::string("null");
+}
+
+std::string tenths(std::uint64_t us) {
+  if (us < 1'000'000) return std::to_string(us / 1000) + "ms";
+  const std::uint64_t t = (us + 50'000) / 100'000;
+  return std::to_string(t / 10) + "." + std::to_string(t % 10) + "s";
+}
+
+}  // namespace
+
+std::optional<RunRecord> parse_run_record(std::string_view text) {
+  std::vector<std::string_view> f;
+  while (!text.empty()) {
+    auto sp = text.find(' ');
+    f.push_back(text.substr(0, sp));
+    text = sp == std::string_view::npos ? std::string_view{} : text.substr(sp + 1);
+  }
+  if (f.size() != 9) return std::nullopt;
+  RunRecord r;
+  auto start = number<std::uint64_t>(f[0]);
+  if (!start) return std::nullopt;
+  r.start_us = *start;
+  r.end_us = number<std::uint64_t>(f[1]);
+  r.outcome = std::string(f[2]);
+  r.exit_code = number<int>(f[3]);
+  r.signal = number<int>(f[4]);
+  r.token = number<std::uint64_t>(f[5]);
+  r.pid = number<long>(f[6]);
+  r.host = std::string(f[7]);
+  r.version = std::string(f[8]);
+  return r;
+}
+
+std::string age_text(std::uint64_t then_us, std::uint64_t now_us) {
+  const std::uint64_t us = now_us > then_us ? now_us - then_us : 0;
+  if (us < 60'000'000) return tenths(us);
+  const std::uint64_t s = us / 1'000'000;
+  if (s < 3600) return std::to_string(s / 60) + "m";
+  if (s < 86400) return std::to_string(s / 3600) + "h";
+  return std::to_string(s / 86400) + "d";
+}
+
+std::string run_record_text(const RunRecord& r, std::uint64_t now_us) {
+  std::string out = r.outcome;
+  if (r.signal) out += " (signal " + std::to_string(*r.signal) + ")";
+  else if (r.exit_code && r.outcome != "ok") out += " (exit " + std::to_string(*r.exit_code) + ")";
+  if (r.end_us) {
+    out += " after " + tenths(*r.end_us > r.start_us ? *r.end_us - r.start_us : 0) + ", ended " +
+           age_text(*r.end_us, now_us) + " ago";
+  } else {
+    out += ", started " + age_text(r.start_us, now_us) + " ago";
+  }
+  out += " on " + r.host + ", pid " + (r.pid ? std::to_string(*r.pid) : std::string("unknown")) + ", token " +
+         (r.token ? std::to_string(*r.token) : std::string("unknown"));
+  return out;
+}
+
+std::string run_record_json(const RunRecord& r) {
+  const std::optional<std::uint64_t> duration =
+      r.end_us ? std::optional<std::uint64_t>((*r.end_us > r.start_us ? *r.end_us - r.start_us : 0) / 1000)
+               : std::nullopt;
+  return "{\"outcome\":\"" + log::json_escape(r.outcome) + "\",\"start_us\":" + std::to_string(r.start_us) +
+         ",\"end_us\":" + json_number(r.end_us) + ",\"duration_ms\":" + json_number(duration) +
+         ",\"exit_code\":" + json_number(r.exit_code) + ",\"signal\":" + json_number(r.signal) +
+         ",\"token\":" + json_number(r.token) + ",\"pid\":" + json_number(r.pid) + ",\"host\":\"" +
+         log::json_escape(r.host) + "\",\"version\":\"" + log::json_escape(r.version) + "\"}";
+}
+
+}  // namespace fencerun::lease

@@ -1,0 +1,53 @@
+#pragma once
+// The record of a lock's runs, kept by the lock server next to the lock (scripts/_runs.lua): when each
+// run started and ended (server time), how it ended, and where it ran. Parsing and the words status,
+// list and history print. Pure functions.
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace fencerun::lease {
+
+// How long records live after the last write to them, and how many runs are kept.
+inline constexpr std::chrono::milliseconds k_default_records_ttl{std::chrono::hours(24 * 30)};
+inline constexpr long k_default_keep_runs = 20;
+inline constexpr long k_max_keep_runs = 1000;
+
+struct RecordSettings {
+  std::chrono::milliseconds ttl = k_default_records_ttl;
+  long keep = k_default_keep_runs;
+};
+
+// How a run ended, as fencerun tells the server at release: 'ok' (exit 0), 'failed' (another exit code
+// or a signal), 'stopped' (stopped for the lease). The server makes 'ok' and 'failed' 'lost' when the
+// lock was not the run's any more; 'killed' is written by the next run of NAME.
+struct RunOutcome {
+  std::string outcome;
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+};
+
+// One record: "<start us> <end us> <outcome> <exit code> <signal> <token> <pid> <host> <version>".
+struct RunRecord {
+  std::uint64_t start_us = 0;
+  std::optional<std::uint64_t> end_us;  // unknown for a killed run
+  std::string outcome;
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+  std::optional<std::uint64_t> token;
+  std::optional<long> pid;
+  std::string host;
+  std::string version;
+};
+std::optional<RunRecord> parse_run_record(std::string_view text);
+
+// "ok after 12.3s, ended 3m ago on web-2, token T" (a killed run: "killed, started 3m ago on ...").
+std::string run_record_text(const RunRecord& r, std::uint64_t now_us);
+// The record's JSON object.
+std::string run_record_json(const RunRecord& r);
+// "1.2s", "3m", "2h", "4d": how long ago `then_us` was.
+std::string age_text(std::uint64_t then_us, std::uint64_t now_us);
+
+}  // namespace fencerun::lease
