@@ -27,20 +27,6 @@ std::optional<std::uint64_t> parse_u64(std::string_view s) {
   return v;
 }
 
-// What a key's value says of its holder ("OWNER PID HOST").
-Holder holder_of(const KeyValue& kv, std::optional<std::uint64_t> base) {
-  Holder h;
-  std::string_view v = kv.value;
-  const auto sp = v.find(' ');
-  h.owner = std::string(v.substr(0, sp));
-  v = sp == std::string_view::npos ? std::string_view{} : v.substr(sp + 1);
-  const auto sp2 = v.find(' ');
-  if (auto pid = parse_u64(v.substr(0, sp2))) h.pid = static_cast<long>(*pid);
-  h.host = sp2 == std::string_view::npos ? std::string() : std::string(v.substr(sp2 + 1));
-  if (base) h.token = *base + static_cast<std::uint64_t>(kv.create_revision);
-  return h;
-}
-
 // One lock's keys as read: its holders' and waiters' keys (by create_revision) and its base.
 struct LockKeys {
   std::vector<KeyValue> queue;
@@ -179,7 +165,7 @@ class EtcdBackend final : public Backend {
     if (!queue) return std::unexpected(queue.error());
     if (queue->kvs.empty()) return false;
     const auto& first = queue->kvs.front();
-    if (holder_of(first, std::nullopt).owner != owner) return false;
+    if (etcd_holder_of(first, std::nullopt).owner != owner) return false;
     return m_client.revoke(first.lease, deadline);
   }
 
@@ -195,7 +181,7 @@ class EtcdBackend final : public Backend {
     s.limit = 1;
     if (!k.queue.empty()) {
       const auto& first = k.queue.front();
-      SlotHolder h{0, holder_of(first, k.base), std::nullopt};
+      SlotHolder h{0, etcd_holder_of(first, k.base), std::nullopt};
       auto ttl = client.time_to_live(first.lease, BootClock::now() + m_target.timeout);
       if (!ttl) return std::unexpected(ttl.error());
       if (*ttl) h.remaining = milliseconds(**ttl * 1000);

@@ -167,23 +167,6 @@ class EtcdHeldLease final : public KeptLease {
 };
 
 
-// What a key's value says of its holder ("OWNER PID HOST"), with the token it holds.
-Holder holder_of(const KeyValue& kv, std::uint64_t base) {
-  Holder h;
-  std::string_view v = kv.value;
-  auto word = [&v]() {
-    const auto sp = v.find(' ');
-    std::string_view w = v.substr(0, sp);
-    v = sp == std::string_view::npos ? std::string_view{} : v.substr(sp + 1);
-    return w;
-  };
-  h.owner = std::string(word());
-  if (auto pid = parse_u64(word())) h.pid = static_cast<long>(*pid);
-  h.host = std::string(v);
-  h.token = base + static_cast<std::uint64_t>(kv.create_revision);
-  return h;
-}
-
 class EtcdLease final : public Lease {
  public:
   EtcdLease(EtcdLeaseTarget target, LeaseRequest request)
@@ -219,7 +202,7 @@ class EtcdLease final : public Lease {
     Holder h;
     std::optional<milliseconds> ttl;
     if (first) {
-      h = holder_of(*first, base);
+      h = etcd_holder_of(*first, base);
       auto left = m_client.time_to_live(first->lease, BootClock::now() + m_request.request_timeout);
       if (left && *left) ttl = milliseconds(**left * 1000);
     }
@@ -456,6 +439,19 @@ std::string lease_hex(std::int64_t lease) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(lease));
   return buf;
+}
+
+Holder etcd_holder_of(const etcd::KeyValue& kv, std::optional<std::uint64_t> base) {
+  Holder h;
+  std::string_view v = kv.value;
+  const auto sp = v.find(' ');
+  h.owner = std::string(v.substr(0, sp));
+  v = sp == std::string_view::npos ? std::string_view{} : v.substr(sp + 1);
+  const auto sp2 = v.find(' ');
+  if (auto pid = parse_u64(v.substr(0, sp2))) h.pid = static_cast<long>(*pid);
+  h.host = sp2 == std::string_view::npos ? std::string() : std::string(v.substr(sp2 + 1));
+  if (base) h.token = *base + static_cast<std::uint64_t>(kv.create_revision);
+  return h;
 }
 
 std::string EtcdKeys::key(std::int64_t lease) const { return prefix + lease_hex(lease); }

@@ -12,10 +12,13 @@
 // fencerun(1), ETCD). Release revokes the lease, which deletes the key with it.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
+#include "etcd/client.hpp"
 #include "etcd/url.hpp"
+#include "lease/lease_client.hpp"
 #include "lease/lease.hpp"
 
 namespace fencerun::lease {
@@ -32,6 +35,9 @@ inline constexpr std::uint64_t k_max_token = (std::uint64_t{1} << 53) - 1;
 
 // The 16 hex digits of a lease id, as its key and $FENCERUN_ETCD_LEASE show it.
 std::string lease_hex(std::int64_t lease);
+
+// What a key's value says of its holder ("OWNER PID HOST"), with its token when the base is known.
+Holder etcd_holder_of(const etcd::KeyValue& kv, std::optional<std::uint64_t> base);
 
 struct EtcdLeaseTarget {
   etcd::EtcdEndpoint endpoint;
