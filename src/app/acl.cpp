@@ -32,7 +32,7 @@ std::string acl_rule(const std::string& key_prefix, bool delex, bool delifeq, bo
   // Run inside the acquire, renew, release, leave and wake scripts (the wait queue included).
   rule += " +set +time +pexpire +del +exists +zadd +zrank +zcard +zrange +zrem +incr +zscore +zrangebyscore";
   // The record of runs (acquire and release scripts; status, list and history read it).
-  rule += " +lpush +ltrim +lrange +lindex +lset";
+  rule += " +lpush +ltrim +lrange +lindex +lset +hset +hget +hdel +hgetall";
   // The native compare-and-delete of the release. A server refuses a rule naming a command it does
   // not have, so each is added only when asked for.
   if (delex) rule += " +delex";

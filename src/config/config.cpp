@@ -437,8 +437,8 @@ Config make_config(const Options& o, const GetEnv& getenv, const ParseSignal& pa
                      c.common.redacted_url + ", not a TLS URL (use rediss:// or rediss+sentinel://)");
   const bool quorum = !c.common.servers.empty();
   if (quorum && o.subcommand != Subcommand::run && o.subcommand != Subcommand::status &&
-      o.subcommand != Subcommand::list && o.subcommand != Subcommand::version)
-    throw UsageError("--redis: several servers (quorum mode) are for run, status and list only; give one");
+      o.subcommand != Subcommand::list && o.subcommand != Subcommand::history && o.subcommand != Subcommand::version)
+    throw UsageError("--redis: several servers (quorum mode) are for run, status, list and history only; give one");
   c.acl_delex = o.acl_delex;
   c.acl_delifeq = o.acl_delifeq;
   c.acl_admin = o.acl_admin;
@@ -521,9 +521,7 @@ Config make_config(const Options& o, const GetEnv& getenv, const ParseSignal& pa
     if (m > c.run.records.ttl)
       throw UsageError("--min-interval: " + format_duration(m) + " is longer than the records' TTL " +
                        format_duration(c.run.records.ttl) + " (--records-ttl): the last success would be forgotten first");
-    if (quorum) throw UsageError("--min-interval: not supported in quorum mode (several --redis servers) yet");
     if (on_etcd) throw UsageError("--min-interval: not supported on etcd yet");
-    if (c.run.limit > 1) throw UsageError("--min-interval: not supported with --limit N yet");
     c.run.min_interval = m;
   }
   if (o.min_replicas < 0) throw UsageError("--min-replicas: must not be negative");

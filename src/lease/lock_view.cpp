@@ -58,6 +58,15 @@ QuorumView quorum_view(std::vector<redis::Result<LockStatus>> replies) {
     v.free_servers += s->holders.empty();
   }
   v.disagree = std::ranges::any_of(owners, [&](const std::string& o) { return o != owners.front(); });
+  std::vector<ServerRecords> runs, successes;
+  for (const auto& s : v.servers) {
+    if (!s) continue;
+    if (v.runs.now_us == 0) v.runs.now_us = s->now_us;
+    if (s->last_run) runs.push_back({{*s->last_run}, s->now_us});
+    if (s->last_success) successes.push_back({{*s->last_success}, s->now_us});
+  }
+  if (auto r = merge_records(runs, v.runs.now_us, 1); !r.empty()) v.runs.last_run = r.front();
+  if (auto r = merge_records(successes, v.runs.now_us, 1); !r.empty()) v.runs.last_success = r.front();
   for (const auto& s : v.servers) {
     if (!s || s->holders.empty()) continue;
     const auto& h = s->holders.front();

@@ -47,6 +47,9 @@ struct QuorumView {
   std::size_t free_servers = 0;
   std::optional<std::uint64_t> last_token;  // the greatest counter
   bool disagree = false;                    // the servers that answered do not all name the same owner (or none)
+  // The record of runs merged over the servers (merge_records): last_run, last_success and now_us
+  // (the first answering server's time, which the records' times are moved onto).
+  LockStatus runs;
 };
 QuorumView quorum_view(std::vector<redis::Result<LockStatus>> replies);
 

@@ -31,7 +31,8 @@ std::string status_text(const std::string& lock, const QuorumView& v, const std:
     out = lock + ": free on " + std::to_string(v.free_servers) + of + "\n";
   else
     out = lock + ": free: held by no owner on a majority" + of + "\n";
-  out += "last token: " + (v.last_token ? std::to_string(*v.last_token) : std::string("none")) + "\n";
+  out += "last token: " + (v.last_token ? std::to_string(*v.last_token) : std::string("none")) + "\n" +
+         runs_status_text(v.runs);
   for (std::size_t i = 0; i < v.servers.size(); ++i)
     out += "server " + std::to_string(i + 1) + " " + urls[i] + ": " + server_text(v.servers[i]) + "\n";
   if (v.disagree)
@@ -45,7 +46,7 @@ std::string status_json(const std::string& lock, const QuorumView& v, const std:
   if (v.holder) out += "," + holder_json(*v.holder) + ",\"held_on\":" + std::to_string(v.holder_servers);
   out += ",\"majority\":" + std::to_string(v.majority) + ",\"answered\":" + std::to_string(v.answered) +
          ",\"agree\":" + (v.disagree ? "false" : "true") + ",\"last_token\":" + number_or_null(v.last_token) +
-         ",\"servers\":" + servers_json(v, urls) + "}\n";
+         runs_json(v.runs) + ",\"servers\":" + servers_json(v, urls) + "}\n";
   return out;
 }
 
@@ -74,7 +75,8 @@ std::string list_text(const std::string& name, const QuorumView& v, const std::v
   else if (v.holder_servers > 0)
     out += "not held by a majority (held on " + std::to_string(v.holder_servers) + of + ")";
   else out += "free on " + std::to_string(v.free_servers) + of;
-  out += ", last token " + (v.last_token ? std::to_string(*v.last_token) : std::string("none"));
+  out += ", last token " + (v.last_token ? std::to_string(*v.last_token) : std::string("none")) +
+         runs_list_text(v.runs);
   if (!v.disagree) return out + "\n";
   out += ", the servers disagree:\n";
   for (std::size_t i = 0; i < v.servers.size(); ++i)
@@ -87,6 +89,8 @@ std::string list_json(const std::string& name, const QuorumView& v, const std::v
   LockStatus majority;
   if (v.holder) majority.holders.push_back(*v.holder);
   majority.last_token = v.last_token;
+  majority.last_run = v.runs.last_run;
+  majority.last_success = v.runs.last_success;
   return list_json_fields(name, majority) + ",\"held_on\":" + std::to_string(v.holder_servers) +
          ",\"majority\":" + std::to_string(v.majority) + ",\"answered\":" + std::to_string(v.answered) +
          ",\"agree\":" + (v.disagree ? "false" : "true") + ",\"servers\":" + servers_json(v, urls) + "}";
@@ -163,6 +167,54 @@ class QuorumBackend final : public Backend {
       return exit_code::k_unavailable;
     }
     return any_held ? 0 : exit_code::k_status_free;
+  }
+
+  // The records of every server that answers, merged (merge_records): one record per run, newest token
+  // first; 69 when fewer than a majority answered (what they had is printed all the same).
+  int history(const std::string& lock, long count, bool json) const override {
+    Fanout fanout(m_target.servers);
+    const auto keys = keys_for(m_target.key_prefix, lock);
+    const auto until = BootClock::now() + m_target.timeout;
+    const auto replies = fanout.round<ServerRecords>(
+        [runs = keys.runs(), last = std::to_string(count - 1), until](redis::Client& client,
+                                                                       std::size_t) -> redis::Result<ServerRecords> {
+          std::vector<std::vector<std::string_view>> commands = {{"LRANGE", runs, "0", last}, {"TIME"}};
+          auto r = client.pipeline(commands, until, redis::Resend::idempotent);
+          if (!r) return std::unexpected(r.error());
+          if ((*r)[0].is_error() || (*r)[1].is_error())
+            return std::unexpected(redis::Error{redis::Error::Kind::protocol, "history query failed: " +
+                                                                                  ((*r)[0].is_error() ? (*r)[0].str
+                                                                                                      : (*r)[1].str)});
+          ServerRecords out;
+          for (const auto& e : (*r)[0].elements)
+            if (e.is_string()) out.records.push_back(e.str);
+          const auto& t = (*r)[1].elements;
+          if (t.size() == 2 && t[0].is_string() && t[1].is_string())
+            out.now_us = std::stoull(t[0].str) * 1'000'000 + std::stoull(t[1].str);
+          return out;
+        },
+        until);
+    std::vector<ServerRecords> answered;
+    for (std::size_t i = 0; i < replies.size(); ++i) {
+      if (replies[i]) {
+        answered.push_back(*replies[i]);
+        continue;
+      }
+      log::event(log::Level::warn, "redis_unavailable",
+                 "cannot use Redis at " + m_target.server_urls[i] + ": " + replies[i].error().message, {{"lock", lock}});
+    }
+    const std::uint64_t now_us = answered.empty() ? 0 : answered.front().now_us;
+    const auto records = merge_records(answered, now_us, static_cast<std::size_t>(count));
+    if (!answered.empty()) print_history(lock, records, now_us, json);
+    const std::size_t majority = majority_of(m_target.servers.size());
+    if (answered.size() < majority) {
+      log::event(log::Level::error, "redis_unavailable",
+                 "only " + std::to_string(answered.size()) + " of " + std::to_string(m_target.servers.size()) +
+                     " servers answered: no majority view",
+                 {{"lock", lock}});
+      return exit_code::k_unavailable;
+    }
+    return records.empty() ? exit_code::k_status_free : 0;
   }
 
   // Every server, in the order given; 69 when any one cannot be reached.

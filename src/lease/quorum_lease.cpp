@@ -69,11 +69,12 @@ struct Claim {
   std::optional<milliseconds> remaining;  // the holder's, when not set
   std::string epoch;                      // NAME's epoch marker on this server
   bool created = false;                   // the marker was missing and this round created it
+  std::optional<std::string> last_ok;     // --min-interval: the last success's record on this server
 };
 
 Result<Claim> parse_claim(const Reply& r) {
   const auto& e = r.elements;
-  if (!r.is_array() || e.size() != 8) return std::unexpected(protocol_error("unexpected reply to the acquire script"));
+  if (!r.is_array() || e.size() < 8) return std::unexpected(protocol_error("unexpected reply to the acquire script"));
   Claim c;
   c.set = e[0].as_integer() == 1;
   if (e[1].is_string()) {
@@ -88,6 +89,7 @@ Result<Claim> parse_claim(const Reply& r) {
   if (!e[6].is_string()) return std::unexpected(protocol_error("acquire script returned no epoch marker"));
   c.epoch = e[6].str;
   c.created = e[7].as_integer() == 1;
+  if (e.size() >= 9 && e[8].is_string()) c.last_ok = e[8].str;
   return c;
 }
 
@@ -161,6 +163,11 @@ class QuorumOps final : public Renewer {
   std::size_t majority() const { return majority_of(size()); }
   const std::vector<std::string>& urls() const { return m_urls; }
   const std::vector<redis::RedisEndpoint>& endpoints() const { return m_endpoints; }
+  // The record of runs (run_record.hpp): kept by the scripts of every round from now on.
+  void keep_records(RecordArgs args) { m_records = std::move(args); }
+  const std::optional<RecordArgs>& records() const { return m_records; }
+  const LockKeys& keys() const { return m_keys; }
+
   // Every release publishes here on every server; waiters listen on one of them. (No queue in quorum
   // mode, so no waiter's own channel; "released" is no owner id, which is hex.)
   std::string released_channel() const { return m_keys.wake + "released"; }
@@ -171,12 +178,14 @@ class QuorumOps final : public Renewer {
     const std::size_t m = majority();
     return m_fanout.round<Claim>(
         [lock = m_keys.lock, token = m_keys.token, epoch = m_epoch_key, value, owner = owner_of(value),
-         ttl_ms = std::to_string(ttl.count()), until](Client& client, std::size_t) -> Result<Claim> {
+         ttl_ms = std::to_string(ttl.count()), until, records = record_args()](Client& client,
+                                                                                 std::size_t) -> Result<Claim> {
           // Never sent after the round's end: a request sent late could land after the attempt was undone.
           if (BootClock::now() >= until) return std::unexpected(Error{Error::Kind::timeout, "no reply within the round"});
           std::string_view keys[] = {lock, token, epoch};
           const std::string word = random_hex(6);
-          std::string_view args[] = {value, ttl_ms, owner, word};
+          std::vector<std::string_view> args = {value, ttl_ms, owner, word};
+          args.insert(args.end(), records.begin(), records.end());
           Deadline sent{};
           auto reply = run_script(client, scripts::k_quorum_acquire, keys, args, until, sent);
           if (!reply) return std::unexpected(reply.error());
@@ -193,25 +202,40 @@ class QuorumOps final : public Renewer {
 
   // Round 2: the token written back where our lease is; true where it was. Ends once M confirmed.
   // `new_lock`: mark the epoch markers "G" (every server answered round 1 and created its marker).
-  std::vector<Result<bool>> write_back(const std::string& value, std::uint64_t token, bool new_lock, Deadline until) {
+  // With records kept, each server where it was written records the run in progress; `started`
+  // receives the start (its clock, microseconds) of the first server that confirmed.
+  std::vector<Result<bool>> write_back(const std::string& value, std::uint64_t token, bool new_lock, Deadline until,
+                                       std::string& started) {
     const std::size_t m = majority();
-    auto written = m_fanout.round<std::pair<bool, std::string>>(
+    struct Written {
+      bool ours = false;
+      std::string epoch;
+      std::string started;
+    };
+    const Holder h = parse_holder(value);
+    std::vector<std::string> records;
+    if (m_records)
+      records = {m_keys.runs_base, std::to_string(m_records->settings.ttl.count()),
+                 h.pid ? std::to_string(*h.pid) : "-", h.host.empty() ? "-" : h.host, m_records->version};
+    auto written = m_fanout.round<Written>(
         [lock = m_keys.lock, counter = m_keys.token, epoch = m_epoch_key, value, owner = owner_of(value),
-         text = std::to_string(token), flag = std::string(new_lock ? "1" : "0"),
-         until](Client& client, std::size_t) -> Result<std::pair<bool, std::string>> {
+         text = std::to_string(token), flag = std::string(new_lock ? "1" : "0"), until,
+         records](Client& client, std::size_t) -> Result<Written> {
           if (BootClock::now() >= until) return std::unexpected(Error{Error::Kind::timeout, "no reply within the round"});
           std::string_view keys[] = {lock, counter, epoch};
-          std::string_view args[] = {owner, text, value, flag};
+          std::vector<std::string_view> args = {owner, text, value, flag};
+          args.insert(args.end(), records.begin(), records.end());
           Deadline sent{};
           auto reply = run_script(client, scripts::k_quorum_token, keys, args, until, sent);
           if (!reply) return std::unexpected(reply.error());
           const auto& e = reply->elements;
-          if (!reply->is_array() || e.size() != 2 || !e[0].as_integer())
+          if (!reply->is_array() || e.size() < 2 || !e[0].as_integer())
             return std::unexpected(protocol_error("unexpected reply to the token script"));
-          return std::pair{*e[0].as_integer() == 1, e[1].is_string() ? e[1].str : std::string()};
+          return Written{*e[0].as_integer() == 1, e[1].is_string() ? e[1].str : std::string(),
+                         e.size() >= 3 && e[2].is_string() ? e[2].str : std::string()};
         },
-        until, [m](const Fanout::Replies<std::pair<bool, std::string>>& r) {
-          return count_if_ok<std::pair<bool, std::string>>(r, [](const auto& w) { return w.first; }) >= m;
+        until, [m](const Fanout::Replies<Written>& r) {
+          return count_if_ok<Written>(r, [](const Written& w) { return w.ours; }) >= m;
         });
     std::vector<Result<bool>> out;
     for (std::size_t i = 0; i < written.size(); ++i) {
@@ -219,8 +243,9 @@ class QuorumOps final : public Renewer {
         out.push_back(std::unexpected(written[i].error()));
         continue;
       }
-      if (!written[i]->second.empty()) saw(i, written[i]->second);
-      out.push_back(written[i]->first);
+      if (!written[i]->epoch.empty()) saw(i, written[i]->epoch);
+      if (started.empty() && written[i]->ours) started = written[i]->started;
+      out.push_back(written[i]->ours);
     }
     return out;
   }
@@ -292,13 +317,27 @@ class QuorumOps final : public Renewer {
   // long as the lock is held.
   // `unmark`: by server, the epoch marker the failed attempt created there ("" none), taken back
   // (quorum_unmark.lua).
-  ReleaseTally release(const std::string& owner, Deadline until, bool wake, std::vector<std::string> unmark = {}) {
+  // `record`: the run's record, as release.lua takes it from ARGV 4 on (each server writes it in the
+  // same step as its compare-and-delete); empty: none (an attempt undone).
+  // `drop_run`: also delete this owner's run in progress (an attempt undone after its token write-back
+  // recorded it on some servers), owner-checked.
+  ReleaseTally release(const std::string& owner, Deadline until, bool wake, std::vector<std::string> unmark = {},
+                       std::vector<std::string> record = {}, bool drop_run = false) {
     const std::size_t m = majority();
     enum class Outcome { deleted, not_ours, data_lost };
     auto replies = m_fanout.round<Outcome>(
         [keys = m_keys, owner, until, wake, channel = released_channel(), unmark, epoch = m_epoch_key,
-         seen = m_seen](Client& client, std::size_t i) -> Result<Outcome> {
-          auto deleted = release_holder(client, keys, 1, owner, until);
+         seen = m_seen, record, drop_run](Client& client, std::size_t i) -> Result<Outcome> {
+          auto deleted = record.empty() ? release_holder(client, keys, 1, owner, until)
+                                        : release_recording(client, keys.lock, owner, record, until);
+          if (drop_run) {
+            // release.lua with the run's key alone: deleted only if it holds this owner's run.
+            const std::string run = keys.run();
+            std::string_view k[] = {run};
+            std::string_view a[] = {owner};
+            Deadline sent{};
+            [[maybe_unused]] auto dropped = run_script(client, scripts::k_release, k, a, until, sent);
+          }
           if (i < unmark.size() && !unmark[i].empty()) {
             std::string_view k[] = {epoch};
             std::string_view a[] = {unmark[i]};
@@ -338,6 +377,27 @@ class QuorumOps final : public Renewer {
   std::string m_epoch_key;
   std::uint64_t m_quarantine_us;
   std::vector<std::string> m_seen;
+  std::optional<RecordArgs> m_records;
+
+  // Round 1's record arguments (quorum_acquire.lua's ARGV 5..8), none when no record is kept.
+  std::vector<std::string> record_args() const {
+    if (!m_records) return {};
+    return {m_keys.runs_base, std::to_string(m_records->min_interval_ms), std::to_string(m_records->settings.ttl.count()),
+            std::to_string(m_records->settings.keep)};
+  }
+  // The release script on one server with the run's record (owner id compared; no wait queue here).
+  static Result<bool> release_recording(Client& client, const std::string& lock, const std::string& owner,
+                                        const std::vector<std::string>& record, Deadline until) {
+    std::string_view keys[] = {lock};
+    std::vector<std::string_view> args = {owner, "", "0"};
+    args.insert(args.end(), record.begin(), record.end());
+    Deadline sent{};
+    auto reply = run_script(client, scripts::k_release, keys, args, until, sent, redis::Resend::idempotent);
+    if (!reply) return std::unexpected(reply.error());
+    auto n = reply->as_integer();
+    if (!n) return std::unexpected(protocol_error("unexpected reply to the release script"));
+    return *n == 1;
+  }
 };
 
 milliseconds since(Deadline t) { return std::chrono::duration_cast<milliseconds>(BootClock::now() - t); }
@@ -362,6 +422,10 @@ class QuorumHeldLease final : public KeptLease {
 
   std::uint64_t token() const override { return m_acquired.token; }
   long slot() const override { return 0; }
+  std::optional<std::uint64_t> started_us() const override {
+    const auto& t = m_acquired.started_us;
+    return t.empty() ? std::nullopt : to_number<std::uint64_t>(t);
+  }
   std::vector<std::pair<std::string, std::string>> facts() const override {
     std::string urls;
     for (const auto& u : m_ops.urls()) urls += (urls.empty() ? "" : " ") + u;
@@ -379,7 +443,8 @@ class QuorumHeldLease final : public KeptLease {
   Released release() override {
     stop_keeping();
     m_released = true;
-    const auto r = m_ops.release(m_request.owner, BootClock::now() + m_request.request_timeout, /*wake=*/true);
+    const auto r = m_ops.release(m_request.owner, BootClock::now() + m_request.request_timeout, /*wake=*/true, {},
+                                 record());
     const std::size_t m = m_ops.majority();
     // A server that lost NAME's data since this holder saw it says nothing about the lease: it was
     // held on the others (the keeper stops the job before the lease's deadline in any case).
@@ -403,6 +468,26 @@ class QuorumHeldLease final : public KeptLease {
   }
 
  private:
+  // The run's record for the release (release.lua's ARGV 4..15): no start, each server uses its own.
+  std::vector<std::string> record() const {
+    const auto& records = m_ops.records();
+    if (!records || !m_outcome || m_acquired.started_us.empty()) return {};
+    const Holder h = parse_holder(m_acquired.value);
+    const auto duration = std::chrono::duration_cast<std::chrono::microseconds>(BootClock::now() - m_acquired.sent);
+    return {m_ops.keys().runs_base,
+            m_outcome->outcome,
+            m_outcome->exit_code ? std::to_string(*m_outcome->exit_code) : "-",
+            m_outcome->signal ? std::to_string(*m_outcome->signal) : "-",
+            std::to_string(records->settings.ttl.count()),
+            std::to_string(records->settings.keep),
+            "",
+            std::to_string(m_acquired.token),
+            h.pid ? std::to_string(*h.pid) : "-",
+            h.host.empty() ? "-" : h.host,
+            records->version,
+            std::to_string(duration.count())};
+  }
+
   QuorumOps& m_ops;
   bool m_released = false;
 };
@@ -415,12 +500,21 @@ struct HeldElsewhere {
 struct Unavailable {
   std::string why;
 };
-using Attempt = std::variant<Acquired, HeldElsewhere, Unavailable>;
+// --min-interval: the newest success (by token) of the servers' started too recently on its server's
+// clock; nothing is held.
+struct TooRecent {
+  std::string last_success;
+  std::uint64_t now_us = 0;  // that server's time
+};
+using Attempt = std::variant<Acquired, HeldElsewhere, Unavailable, TooRecent>;
 
 class QuorumLease final : public Lease {
  public:
   QuorumLease(QuorumTarget target, LeaseRequest request)
-      : m_request(std::move(request)), m_ops(target, keys_for(target.key_prefix, m_request.lock)) {}
+      : m_request(std::move(request)), m_ops(target, keys_for(target.key_prefix, m_request.lock)) {
+    m_ops.keep_records({m_request.records, m_request.min_interval ? m_request.min_interval->count() : 0,
+                        m_request.version});
+  }
 
   std::expected<std::unique_ptr<HeldLease>, NotAcquired> acquire(Waiter& waiter, milliseconds& waited) override;
 
@@ -435,7 +529,8 @@ class QuorumLease final : public Lease {
   // not answer this either, and the lock expires anyway.
   void undo() {
     auto cleanup = std::min<milliseconds>(m_request.request_timeout / 4, milliseconds(200));
-    m_ops.release(m_request.owner, BootClock::now() + cleanup, /*wake=*/false, m_created);
+    m_ops.release(m_request.owner, BootClock::now() + cleanup, /*wake=*/false, m_created, {},
+                  m_wrote_back && m_ops.records().has_value());
   }
   std::string servers_text() const {
     return std::to_string(m_ops.size()) + " servers (a majority is " + std::to_string(m_ops.majority()) + ")";
@@ -445,6 +540,7 @@ class QuorumLease final : public Lease {
   LeaseRequest m_request;
   QuorumOps m_ops;
   std::vector<std::string> m_created;  // by server, the epoch marker this attempt created ("" none)
+  bool m_wrote_back = false;           // this attempt sent its token write-back (round 2)
 };
 
 Attempt QuorumLease::attempt() {
@@ -455,6 +551,7 @@ Attempt QuorumLease::attempt() {
   const Deadline bound = std::min(sent + m_request.request_timeout, schedule.stop_at(deadline));
   const std::string value =
       m_request.owner + " 0 " + std::to_string(m_request.pid) + " " + m_request.host;
+  m_wrote_back = false;
   const auto claims = m_ops.claim(value, m_request.timing.ttl, bound);
   const std::size_t n = m_ops.size(), m = m_ops.majority();
   // Markers this attempt created are taken back if it fails, but only while NAME still looks new (no
@@ -545,6 +642,25 @@ Attempt QuorumLease::attempt() {
     return Unavailable{"the majority's replies came too late: the lease would have run short before the command "
                        "started"};
   }
+  // --min-interval, with the lock held on a majority: the newest success (by token) that any server
+  // that answered recorded (the servers' records differ after a restart or a missed release), judged
+  // on the clock of each server that has it: too recent on any of them, and the run is skipped. A
+  // majority this run set shares a server with the servers the success was recorded on at its release
+  // (release.lua, in the same step as the compare-and-delete): docs/quorum.md, "--min-interval".
+  if (m_request.min_interval) {
+    std::optional<std::uint64_t> newest;
+    for (const auto& c : claims)
+      if (c && c->last_ok)
+        if (auto r = parse_run_record(*c->last_ok); r && r->token && (!newest || *r->token > *newest)) newest = r->token;
+    const auto min_us = static_cast<std::uint64_t>(m_request.min_interval->count()) * 1000;
+    for (const auto& c : claims) {
+      if (!newest || !c || !c->last_ok) continue;
+      const auto r = parse_run_record(*c->last_ok);
+      if (!r || r->token != newest || c->time_us >= r->start_us + min_us) continue;
+      undo();
+      return TooRecent{*c->last_ok, c->time_us};
+    }
+  }
   return token_for(claims, sent, new_lock);
 }
 
@@ -614,7 +730,9 @@ Attempt QuorumLease::token_for(const std::vector<Result<Claim>>& claims, Deadlin
   const Deadline bound =
       std::min(BootClock::now() + m_request.request_timeout, schedule.stop_at(schedule.deadline_after(sent)));
   for (std::size_t i = 0; i < claims.size(); ++i) m_ops.saw(i, claims[i] ? claims[i]->epoch : std::string());
-  const auto written = m_ops.write_back(final_value, token, new_lock, bound);
+  std::string started;
+  m_wrote_back = true;
+  const auto written = m_ops.write_back(final_value, token, new_lock, bound, started);
   const auto confirmed =
       static_cast<std::size_t>(std::ranges::count_if(written, [](const Result<bool>& w) { return w && *w; }));
   if (confirmed < m) {
@@ -626,6 +744,7 @@ Attempt QuorumLease::token_for(const std::vector<Result<Claim>>& claims, Deadlin
   acquired.token = token;
   acquired.value = final_value;
   acquired.sent = sent;
+  acquired.started_us = started;
   return acquired;
 }
 
@@ -668,6 +787,12 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> QuorumLease::acquire(Wait
                  {log::millis("ttl", m_request.timing.ttl, util::format_duration(m_request.timing.ttl)),
                   servers_field(), {"majority", std::to_string(m_ops.majority())}});
       return held;
+    }
+    if (const auto* skipped = std::get_if<TooRecent>(&result)) {
+      log_skipped(m_request.lock, *m_request.min_interval, skipped->last_success, skipped->now_us);
+      waited = since(began);
+      const auto last = parse_run_record(skipped->last_success);
+      return std::unexpected(NotAcquired{NotAcquired::Reason::skipped, 0, 0, last ? last->start_us : 0});
     }
     const Deadline now = BootClock::now();
     const bool waiting = !wait_until || now < *wait_until;

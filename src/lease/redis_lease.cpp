@@ -212,20 +212,7 @@ class RedisLease final : public Lease {
                                : log::Field{"ttl", "none"}});
   }
   void log_skipped(const Skipped& skipped) const {
-    const auto last = parse_run_record(skipped.last_success);
-    const std::string interval = util::format_duration(*m_request.min_interval);
-    if (!last) {
-      log::event(log::Level::info, "skipped", "skipped: the last success started less than " + interval + " ago",
-                 {{"lock", m_request.lock}});
-      return;
-    }
-    log::event(log::Level::info, "skipped",
-               "skipped: the last success started " + age_text(last->start_us, skipped.now_us) + " ago on " +
-                   last->host + " (token " + (last->token ? std::to_string(*last->token) : "unknown") +
-                   "), less than --min-interval " + interval + " ago",
-               {{"lock", m_request.lock}, {"last_success_host", last->host},
-                {"last_success_start_us", std::to_string(last->start_us)},
-                {"last_success_token", last->token ? std::to_string(*last->token) : "unknown"}});
+    lease::log_skipped(m_request.lock, *m_request.min_interval, skipped.last_success, skipped.now_us);
   }
   // A queued waiter's busy answer does not name the holder: ask for it (for the message only); of a
   // counting lock's, the one whose lease ends first.

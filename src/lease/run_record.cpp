@@ -1,9 +1,12 @@
 #include "lease/run_record.hpp"
 
 #include <charconv>
+#include <functional>
+#include <map>
 #include <vector>
 
 #include "log/log.hpp"
+#include "util/duration.hpp"
 
 namespace fencerun::lease {
 namespace {
@@ -52,6 +55,35 @@ std::optional<RunRecord> parse_run_record(std::string_view text) {
   return r;
 }
 
+std::string run_record_line(const RunRecord& r) {
+  auto or_dash = [](const auto& n) { return n ? std::to_string(*n) : std::string("-"); };
+  return std::to_string(r.start_us) + " " + or_dash(r.end_us) + " " + r.outcome + " " + or_dash(r.exit_code) + " " +
+         or_dash(r.signal) + " " + or_dash(r.token) + " " + or_dash(r.pid) + " " + r.host + " " + r.version;
+}
+
+std::vector<std::string> merge_records(const std::vector<ServerRecords>& servers, std::uint64_t reference_now_us,
+                                       std::size_t count) {
+  const auto rank = [](const std::string& outcome) { return outcome == "killed" ? 0 : outcome == "lost" ? 1 : 2; };
+  std::map<std::uint64_t, RunRecord, std::greater<>> by_token;
+  for (const auto& server : servers)
+    for (const auto& text : server.records) {
+      auto r = parse_run_record(text);
+      if (!r || !r->token) continue;
+      // Onto the reference clock.
+      const auto shift = [&](std::uint64_t t) { return t + reference_now_us - server.now_us; };
+      r->start_us = shift(r->start_us);
+      if (r->end_us) r->end_us = shift(*r->end_us);
+      auto [it, added] = by_token.try_emplace(*r->token, *r);
+      if (!added && rank(r->outcome) > rank(it->second.outcome)) it->second = *r;
+    }
+  std::vector<std::string> out;
+  for (const auto& [token, r] : by_token) {
+    if (out.size() >= count) break;
+    out.push_back(run_record_line(r));
+  }
+  return out;
+}
+
 std::string age_text(std::uint64_t then_us, std::uint64_t now_us) {
   const std::uint64_t us = now_us > then_us ? now_us - then_us : 0;
   if (us < 60'000'000) return tenths(us);
@@ -77,14 +109,35 @@ std::string run_record_text(const RunRecord& r, std::uint64_t now_us) {
 }
 
 std::string run_record_json(const RunRecord& r) {
-  const std::optional<std::uint64_t> duration =
-      r.end_us ? std::optional<std::uint64_t>((*r.end_us > r.start_us ? *r.end_us - r.start_us : 0) / 1000)
-               : std::nullopt;
+  const std::string duration =
+      r.end_us ? std::to_string((*r.end_us > r.start_us ? *r.end_us - r.start_us : 0) / 1000) : std::string("null");
   return "{\"outcome\":\"" + log::json_escape(r.outcome) + "\",\"start_us\":" + std::to_string(r.start_us) +
-         ",\"end_us\":" + json_number(r.end_us) + ",\"duration_ms\":" + json_number(duration) +
+         ",\"end_us\":" + json_number(r.end_us) + ",\"duration_ms\":" + duration +
          ",\"exit_code\":" + json_number(r.exit_code) + ",\"signal\":" + json_number(r.signal) +
          ",\"token\":" + json_number(r.token) + ",\"pid\":" + json_number(r.pid) + ",\"host\":\"" +
          log::json_escape(r.host) + "\",\"version\":\"" + log::json_escape(r.version) + "\"}";
+}
+
+}  // namespace fencerun::lease
+
+namespace fencerun::lease {
+
+void log_skipped(const std::string& lock, std::chrono::milliseconds min_interval, const std::string& last_success,
+                 std::uint64_t now_us) {
+  const auto last = parse_run_record(last_success);
+  const std::string interval = util::format_duration(min_interval);
+  if (!last) {
+    log::event(log::Level::info, "skipped", "skipped: the last success started less than " + interval + " ago",
+               {{"lock", lock}});
+    return;
+  }
+  log::event(log::Level::info, "skipped",
+             "skipped: the last success started " + age_text(last->start_us, now_us) + " ago on " + last->host +
+                 " (token " + (last->token ? std::to_string(*last->token) : "unknown") + "), less than --min-interval " +
+                 interval + " ago",
+             {{"lock", lock}, {"last_success_host", last->host},
+              {"last_success_start_us", std::to_string(last->start_us)},
+              {"last_success_token", last->token ? std::to_string(*last->token) : "unknown"}});
 }
 
 }  // namespace fencerun::lease

@@ -1,12 +1,13 @@
 #pragma once
 // The record of a lock's runs, kept by the lock server next to the lock (scripts/_runs.lua): when each
 // run started and ended (server time), how it ended, and where it ran. Parsing and the words status,
-// list and history print. Pure functions.
+// list and history print (pure functions), and the event of a skipped run.
 #include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace fencerun::lease {
 
@@ -42,6 +43,20 @@ struct RunRecord {
   std::string version;
 };
 std::optional<RunRecord> parse_run_record(std::string_view text);
+// The record's text again (parse_run_record's inverse).
+std::string run_record_line(const RunRecord& r);
+
+// Quorum mode: each server's records (newest first) and its time. Merged: one record per token, the
+// newest tokens first, at most `count`; where the servers disagree on a run, the record of a server
+// that still held the run's lock at its release wins (ok, failed, stopped), then "lost", then
+// "killed". Times are moved onto the clock of `reference_now_us` (each record by the difference
+// between that and its own server's time).
+struct ServerRecords {
+  std::vector<std::string> records;
+  std::uint64_t now_us = 0;
+};
+std::vector<std::string> merge_records(const std::vector<ServerRecords>& servers, std::uint64_t reference_now_us,
+                                       std::size_t count);
 
 // "ok after 12.3s, ended 3m ago on web-2, token T" (a killed run: "killed, started 3m ago on ...").
 std::string run_record_text(const RunRecord& r, std::uint64_t now_us);
@@ -49,5 +64,10 @@ std::string run_record_text(const RunRecord& r, std::uint64_t now_us);
 std::string run_record_json(const RunRecord& r);
 // "1.2s", "3m", "2h", "4d": how long ago `then_us` was.
 std::string age_text(std::uint64_t then_us, std::uint64_t now_us);
+
+// The `skipped` event of a run that --min-interval stops: when and where the last success (its record
+// text) started, by the clock `now_us` is of.
+void log_skipped(const std::string& lock, std::chrono::milliseconds min_interval, const std::string& last_success,
+                 std::uint64_t now_us);
 
 }  // namespace fencerun::lease

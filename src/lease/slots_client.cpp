@@ -1,5 +1,7 @@
 #include "lease/slots_client.hpp"
 
+#include <vector>
+
 #include "lease/embedded_scripts.hpp"
 #include "lease/script_call.hpp"
 
@@ -17,9 +19,18 @@ Result<AcquireResult> SlotsClient::try_acquire(std::string_view owner, std::chro
   std::string pid_text = std::to_string(pid);
   std::string turn_ms = std::to_string(k_turn.count());
   std::string_view keys[] = {m_keys.limit, m_keys.token, m_keys.queue, m_keys.tickets, m_keys.turns, m_keys.lock};
+  std::string min_ms, records_ttl, keep;
+  if (m_records) {
+    min_ms = std::to_string(m_records->min_interval_ms);
+    records_ttl = std::to_string(m_records->settings.ttl.count());
+    keep = std::to_string(m_records->settings.keep);
+  }
   std::string_view args[] = {owner,       ttl_ms,  pid_text, host,         queueing.fair ? "1" : "0",
-                             queueing.queued ? "1" : "0", m_keys.wake, turn_ms, m_limit, m_keys.slots};
-  auto result = detail::acquire_with_ack(m_client, scripts::k_slots_acquire, keys, args, ack, deadline);
+                             queueing.queued ? "1" : "0", m_keys.wake, turn_ms, m_limit, m_keys.slots,
+                             m_keys.runs_base, min_ms, records_ttl, keep,
+                             m_records ? std::string_view(m_records->version) : std::string_view()};
+  std::span<const std::string_view> sent_args(args, m_records ? 15 : 10);
+  auto result = detail::acquire_with_ack(m_client, scripts::k_slots_acquire, keys, sent_args, ack, deadline);
   if (result)
     if (auto* acquired = std::get_if<Acquired>(&*result)) m_slot = acquired->slot;
   return result;
@@ -56,10 +67,33 @@ Result<bool> SlotsClient::release(std::string_view owner, std::optional<std::str
                                   Deadline deadline) {
   // The script compares the owner id, the first word of the value: `value` adds nothing to that.
   (void)value;
+  return release_with(owner, {}, deadline);
+}
+
+Result<bool> SlotsClient::release_recorded(std::string_view owner, std::string_view value, const Acquired& acquired,
+                                           const RunOutcome& outcome, Deadline deadline) {
+  if (!m_records || acquired.started_us.empty() || !m_slot) return release(owner, value, deadline);
+  const Holder h = parse_holder(value);
+  const std::string code = outcome.exit_code ? std::to_string(*outcome.exit_code) : "-";
+  const std::string sig = outcome.signal ? std::to_string(*outcome.signal) : "-";
+  const std::string records_ttl = std::to_string(m_records->settings.ttl.count());
+  const std::string keep = std::to_string(m_records->settings.keep);
+  const std::string token = std::to_string(acquired.token);
+  const std::string pid = h.pid ? std::to_string(*h.pid) : "-";
+  const std::string host = h.host.empty() ? "-" : h.host;
+  // The record's arguments, as slots_release.lua takes them from ARGV[7] on.
+  const std::string_view record[] = {m_keys.runs_base, outcome.outcome, code,  sig,  records_ttl,       keep,
+                                     acquired.started_us, token,          pid,   host, m_records->version};
+  return release_with(owner, record, deadline);
+}
+
+Result<bool> SlotsClient::release_with(std::string_view owner, std::span<const std::string_view> record,
+                                       Deadline deadline) {
   std::string slot = m_slot ? std::to_string(*m_slot) : std::string();
   std::string turn_ms = std::to_string(k_turn.count());
   std::string_view keys[] = {m_keys.limit, m_keys.queue, m_keys.turns};
-  std::string_view args[] = {owner, slot, m_keys.slots, m_limit, m_keys.wake, turn_ms};
+  std::vector<std::string_view> args = {owner, slot, m_keys.slots, m_limit, m_keys.wake, turn_ms};
+  args.insert(args.end(), record.begin(), record.end());
   Deadline sent{};
   auto reply = detail::run_script(m_client, scripts::k_slots_release, keys, args, deadline, sent,
                                   redis::Resend::idempotent);

@@ -4,6 +4,8 @@
 // that every holder agrees on it, and the wait queue of the plain lock, where a freed slot wakes one
 // waiter (scripts/slots_*.lua). One holder per client: renew and release act on the slot the last
 // successful try_acquire took.
+#include <span>
+
 #include "lease/lease_client.hpp"
 
 namespace fencerun::lease {
@@ -24,12 +26,20 @@ class SlotsClient final : public LockOps {
   // slot that holds `owner`, if any.
   redis::Result<bool> release(std::string_view owner, std::optional<std::string_view> value,
                               Deadline deadline) override;
+  // The record of runs: a run in progress per slot; a success of any slot counts for --min-interval.
+  void keep_records(RecordArgs args) override { m_records = std::move(args); }
+  redis::Result<bool> release_recorded(std::string_view owner, std::string_view value, const Acquired& acquired,
+                                       const RunOutcome& outcome, Deadline deadline) override;
 
  private:
+  redis::Result<bool> release_with(std::string_view owner, std::span<const std::string_view> record,
+                                   Deadline deadline);
+
   redis::Client& m_client;
   LockKeys m_keys;
   std::string m_limit;
   std::optional<int> m_slot;  // held since the last successful try_acquire
+  std::optional<RecordArgs> m_records;
 };
 
 }  // namespace fencerun::lease

@@ -272,7 +272,6 @@ TEST_F(CronTest, BadInputIsAUsageError) {
       {"--keep-runs", "0"},
       {"--keep-runs", "1001"},
       {"--skip-exit-code", "256"},
-      {"--min-interval", "1s", "--limit", "2"},
   };
   for (const auto& options : bad) {
     auto r = job("echo x > ran", options);
@@ -283,6 +282,70 @@ TEST_F(CronTest, BadInputIsAUsageError) {
   EXPECT_EQ(n.exit_code, 64) << n;
   EXPECT_FALSE(read_file(file("ran")).has_value());
   EXPECT_EQ(redis().dbsize(), 0);
+}
+
+// --limit N: a success of any slot counts. Two slots: a run that exits 1 in one slot does not stop the
+// next; after a success every later trigger is skipped, whichever slot it would have taken, while the
+// other slot's holder still runs. Each slot's run in progress is its own: a SIGKILLed holder of one slot
+// is recorded as killed (with its token) by the next run, while the other slot's run is not.
+TEST_F(CronTest, LimitSuccessOfAnySlotCounts) {
+  const std::vector<std::string> two = {"--limit", "2", "--ttl", "2s"};
+  auto with = [&](std::vector<std::string> more) {
+    auto o = two;
+    o.insert(o.end(), more.begin(), more.end());
+    return o;
+  };
+  // Slot 0: a long run that gets SIGKILLed with its fencerun; slot 1: a failed run, then a success.
+  auto held = start(sh_args("job", "echo $$ > pid; echo $FENCERUN_TOKEN > token; echo $FENCERUN_SLOT > slot; sleep 1000",
+                            with({})));
+  wait_pid("pid");
+  const std::string killed_token = wait_line("token");
+  ASSERT_EQ(wait_line("slot"), "0");
+  auto failed = job("echo x >> ran; exit 1", with({"--min-interval", "1h"}));
+  ASSERT_EQ(failed.exit_code, 1) << failed;
+  auto ok = job("echo $FENCERUN_SLOT >> ran", with({"--min-interval", "1h"}));
+  ASSERT_EQ(ok.exit_code, 0) << ok;
+  // Slot 1 is free, slot 0 held: the success of slot 1 counts all the same.
+  auto skipped = job("echo x >> ran", with({"--min-interval", "1h", "--skip-exit-code", "9", "-v"}));
+  EXPECT_EQ(skipped.exit_code, 9) << skipped;
+  EXPECT_NE(skipped.err.find("skipped: the last success started"), std::string::npos) << skipped;
+  EXPECT_EQ(split_lines(read_file(file("ran")).value_or("")), (std::vector<std::string>{"x", "1"}));
+  // The skip held nothing: slot 1 is free.
+  EXPECT_FALSE(redis().exists("fencerun:{job}:slot:1"));
+
+  const pid_t fencerun_pid = held->pid();
+  ASSERT_TRUE(held->signal(SIGKILL));
+  held->wait_for_exit(10s);
+  kill_if_alive(*wait_for_pid_file(file("pid"), 1s));
+  ASSERT_TRUE(wait_until([&] { return !redis().exists("fencerun:{job}:slot:0"); }, 10s));
+  auto next = job("true", with({}));
+  ASSERT_EQ(next.exit_code, 0) << next;
+  auto h = history();
+  ASSERT_EQ(h.size(), 4u);
+  EXPECT_EQ(field(h[0], "outcome"), "ok");
+  EXPECT_EQ(field(h[1], "outcome"), "killed");
+  EXPECT_EQ(field(h[1], "token"), killed_token);
+  EXPECT_EQ(field(h[1], "pid"), std::to_string(fencerun_pid));
+  EXPECT_EQ(field(h[2], "outcome"), "ok");
+  EXPECT_EQ(field(h[2], "pid"), std::to_string(ok.pid));
+  EXPECT_EQ(field(h[3], "outcome"), "failed");
+  EXPECT_EQ(field(h[3], "exit_code"), "1");
+  // Nothing of the runs in progress is left.
+  EXPECT_FALSE(redis().exists("fencerun:{job}:running"));
+  auto status = run({"-r", redis().url(), "status", "job"});
+  EXPECT_NE(status.out.find("last success: ok after "), std::string::npos) << status;
+}
+
+// --limit N under a fleet of triggers at once: with --min-interval only runs that start before the
+// first success ends can run (each slot at most once), and none after it.
+TEST_F(CronTest, LimitSkipsEveryTriggerAfterASuccess) {
+  const std::vector<std::string> o = {"--limit", "3", "--min-interval", "1h", "--skip-exit-code", "7"};
+  ASSERT_EQ(job("echo x >> ran", o).exit_code, 0);
+  std::vector<std::unique_ptr<FencerunProcess>> ps;
+  for (int i = 0; i < 6; ++i) ps.push_back(start(sh_args("job", "echo x >> ran; sleep 0.2", o)));
+  for (auto& p : ps) EXPECT_EQ(p->wait_for_exit(20s), 7) << p->result();
+  EXPECT_EQ(split_lines(read_file(file("ran")).value_or("")).size(), 1u);
+  EXPECT_EQ(history().size(), 1u);
 }
 
 }  // namespace

@@ -71,9 +71,9 @@ TEST(QuorumCli, RefusesOptionsQuorumModeDoesNotSupport) {
 TEST(QuorumCli, RefusesSeveralServersForCommandsOtherThanRunStatusAndList) {
   for (std::vector<std::string> cmd : {std::vector<std::string>{"bump", "job", "--above", "5"}, {"break", "job"}})
     expect_usage(with(cmd, servers(3)),
-                 "--redis: several servers (quorum mode) are for run, status and list only; give one");
+                 "--redis: several servers (quorum mode) are for run, status, list and history only; give one");
   expect_usage(with(with({"fence", "redis"}, servers(3)), {"--resource", "r", "--token", "5", "--", "GET", "k"}),
-               "--redis: several servers (quorum mode) are for run, status and list only; give one");
+               "--redis: several servers (quorum mode) are for run, status, list and history only; give one");
 }
 
 // A bad URL among several is named as with one.

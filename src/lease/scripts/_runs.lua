@@ -1,6 +1,7 @@
 -- The record of NAME's runs, shared by the acquire and release scripts (included where they say so).
 -- Keys, all under NAME's hash tag (`base` is "<prefix>{NAME}:"):
 --   base..'run'   the run in progress: "<owner> <start us> <token> <pid> <host> <version>"
+--   base..'running'  a counting lock's (--limit N) runs in progress: a hash, slot -> the same text
 --   base..'ok'    the last successful run's record
 --   base..'runs'  the last runs' records, newest first, at most `keep`
 -- A record: "<start us> <end us> <outcome> <exit code> <signal> <token> <pid> <host> <version>", '-' for
@@ -20,13 +21,31 @@ end
 
 -- The lock is free, yet a run is still in progress: it ended without a release (its fencerun was
 -- killed, or lost its server until the lease ran out). It is recorded as killed.
-local function record_killed(base, ttl_ms, keep)
+-- `self` (quorum mode): the caller's owner id; a run in progress of its own is an earlier attempt of
+-- this acquisition that did not get its token confirmed, and is dropped unrecorded.
+local function record_killed(base, ttl_ms, keep, self)
   local run = redis.call('GET', base .. 'run')
   if not run then return end
   redis.call('DEL', base .. 'run')
   local owner, start, token, pid, host, ver = string.match(run, '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
-  if not owner then return end
+  if not owner or owner == self then return end
   push_run(base, table.concat({start, '-', 'killed', '-', '-', token, pid, host, ver}, ' '), ttl_ms, keep)
+end
+
+-- The same for a counting lock (--limit N): a run in progress whose slot is free ended without a release.
+local function record_killed_slots(base, slot_prefix, ttl_ms, keep)
+  local running = base .. 'running'
+  local runs = redis.call('HGETALL', running)
+  for n = 1, #runs, 2 do
+    local slot, run = runs[n], runs[n + 1]
+    if redis.call('EXISTS', slot_prefix .. slot) == 0 then
+      redis.call('HDEL', running, slot)
+      local owner, start, token, pid, host, ver = string.match(run, '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
+      if owner then
+        push_run(base, table.concat({start, '-', 'killed', '-', '-', token, pid, host, ver}, ' '), ttl_ms, keep)
+      end
+    end
+  end
 end
 
 -- --min-interval: the last success's record when it started less than `min_ms` before `now_us`.
@@ -43,18 +62,28 @@ end
 -- ('-' when unknown), signal ('-' when none), the records' TTL in ms, how many runs are kept, the
 -- run's start (server time, microseconds), token, pid, host, fencerun's version. A run that did not
 -- hold the lock any more (`ours` false) and saw 'ok' or 'failed' is recorded as 'lost'; one recorded
--- as killed meanwhile (another run found the lock free) has that record replaced.
-local function close_run(ours, owner, a, i)
+-- as killed meanwhile (another run found the lock free) has that record replaced. `slot`: the slot of
+-- a counting lock (its run in progress is in the 'running' hash), nil for the plain lock.
+local function close_run(ours, owner, a, i, slot)
   local base = a[i]
   local ttl_ms, keep = tonumber(a[i + 4]), tonumber(a[i + 5])
   local outcome = a[i + 1]
   if not ours and outcome ~= 'stopped' then outcome = 'lost' end
-  local record = table.concat({a[i + 6], string.format('%.0f', server_now_us()), outcome, a[i + 2], a[i + 3],
+  local run
+  if slot then run = redis.call('HGET', base .. 'running', slot) else run = redis.call('GET', base .. 'run') end
+  local mine = run and string.sub(run, 1, #owner + 1) == owner .. ' '
+  local now = server_now_us()
+  -- Quorum mode passes no start: each server's own (its clock), from the run in progress it keeps, or
+  -- else its time now less the run's duration as the caller measured it (a[i + 11], microseconds).
+  local start = a[i + 6]
+  if start == '' then
+    start = mine and string.match(run, '^%S+ (%S+) ') or string.format('%.0f', now - (tonumber(a[i + 11]) or 0))
+  end
+  local record = table.concat({start, string.format('%.0f', now), outcome, a[i + 2], a[i + 3],
                                a[i + 7], a[i + 8], a[i + 9], a[i + 10]}, ' ')
-  local run = redis.call('GET', base .. 'run')
   local replaced = false
-  if run and string.sub(run, 1, #owner + 1) == owner .. ' ' then
-    redis.call('DEL', base .. 'run')
+  if mine then
+    if slot then redis.call('HDEL', base .. 'running', slot) else redis.call('DEL', base .. 'run') end
   else
     local list = base .. 'runs'
     local records = redis.call('LRANGE', list, 0, -1)

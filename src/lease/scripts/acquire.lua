@@ -93,6 +93,7 @@ local records_ttl, keep = tonumber(ARGV[13] or ''), tonumber(ARGV[14] or '')
 if base and records_ttl and keep then
   now_us = server_now_us()
   record_killed(base, records_ttl, keep)
+  record_killed_slots(base, ARGV[10], records_ttl, keep)
   local min_ms = tonumber(ARGV[12]) or 0
   if min_ms > 0 then
     local last = too_recent(base, now_us, min_ms)

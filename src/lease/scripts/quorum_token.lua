@@ -5,14 +5,18 @@
 -- For a new lock (ARGV 4 = "1": every server answered round 1, none had a counter or a marker that
 -- counts),
 -- the marker is marked "G": this server has kept NAME's data since the lock was first used.
+-- With the record of runs kept, the run in progress is recorded here too (see _runs.lua), its start
+-- this server's time now.
 -- KEYS: 1 lock, 2 token counter, 3 epoch marker. ARGV: 1 owner, 2 token, 3 the lock value with the
--- token, 4 "1" for a new lock / "0".
--- Returns {1 written / 0 not ours here, the epoch marker (false when missing)}.
+-- token, 4 "1" for a new lock / "0"; to keep the record of runs also: 5 the key base of NAME's run
+-- records, 6 the records' TTL in ms, 7 pid, 8 host, 9 fencerun's version.
+-- Returns {1 written / 0 not ours here, the epoch marker (false when missing), the run's start (this
+--          server's time in microseconds; false when not written or no record kept)}.
 if redis.replicate_commands then redis.replicate_commands() end
 local lock, owner = KEYS[1], ARGV[1]
 local current = redis.call('GET', lock)
 local epoch = redis.call('GET', KEYS[3])
-if not current or string.sub(current, 1, #owner + 1) ~= owner .. ' ' then return {0, epoch} end
+if not current or string.sub(current, 1, #owner + 1) ~= owner .. ' ' then return {0, epoch, false} end
 local counter = tonumber(redis.call('GET', KEYS[2]) or '0')
 if not counter then
   return redis.error_reply('FENCERUN token key ' .. KEYS[2] .. ' does not hold a number')
@@ -24,4 +28,11 @@ if ARGV[4] == '1' and epoch and string.sub(epoch, 1, 1) ~= 'G' then
   epoch = 'G' .. epoch
   redis.call('SET', KEYS[3], epoch)
 end
-return {1, epoch}
+local started = false
+if ARGV[5] and ARGV[5] ~= '' then
+  local now = redis.call('TIME')
+  started = now[1] .. string.format('%06d', tonumber(now[2]))
+  redis.call('SET', ARGV[5] .. 'run', table.concat({owner, started, ARGV[2], ARGV[7], ARGV[8], ARGV[9]}, ' '),
+             'PX', ARGV[6])
+end
+return {1, epoch, started}

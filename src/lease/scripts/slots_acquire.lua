@@ -2,9 +2,15 @@
 -- atomic step; keeps the wait queue (see _queue.lua and _slots.lua).
 -- KEYS: 1 limit, 2 token counter, 3 queue, 4 ticket counter, 5 turns, 6 the plain lock of NAME.
 -- ARGV: 1 owner id, 2 ttl ms, 3 pid, 4 host, 5 '1' for fair waiting, 6 '1' when the caller listens on
---       its channel, 7 the waiters' channel prefix, 8 turn ms, 9 N, 10 the slots' key prefix.
+--       its channel, 7 the waiters' channel prefix, 8 turn ms, 9 N, 10 the slots' key prefix; to keep
+--       the record of runs (see _runs.lua and acquire.lua) also: 11 the key base of NAME's run records,
+--       12 --min-interval in ms ('0': none), 13 the records' TTL in ms, 14 how many runs are kept,
+--       15 fencerun's version.
 -- Acquired: {1, token, slot value, server version, microseconds the server's clock is behind the
---            counter (0 when it is not), slot}.
+--            counter (0 when it is not), slot, the run's start (server time, microseconds; '' when no
+--            record is kept)}.
+-- Skipped:  as acquire.lua's (--min-interval: a success of any slot counts); nothing is changed but
+--           the records of killed runs.
 -- Busy:     as acquire.lua's, the PTTL being the shortest of the held slots' (-2 when a slot is free
 --            but it is other waiters' turn) and the value that slot's holder's.
 -- Another limit: {2, the limit NAME is held with, server version}; nothing is changed. All holders of
@@ -12,6 +18,7 @@
 -- @include _queue.lua
 -- @include _slots.lua
 -- @include _token.lua
+-- @include _runs.lua
 if redis.replicate_commands then redis.replicate_commands() end
 local version = redis.REDIS_VERSION_NUM or 0
 local limit_key, queue, turns = KEYS[1], KEYS[3], KEYS[5]
@@ -60,11 +67,32 @@ if fair then
   end
 end
 
+-- A free slot is this caller's to take: first what the record of runs says (runs in progress whose
+-- slot is free ended without a release; --min-interval looks at the last success of any slot).
+local base, now_us = ARGV[11], nil
+local records_ttl, keep = tonumber(ARGV[13] or ''), tonumber(ARGV[14] or '')
+if base and records_ttl and keep then
+  now_us = server_now_us()
+  record_killed_slots(base, slot_prefix, records_ttl, keep)
+  local min_ms = tonumber(ARGV[12]) or 0
+  if min_ms > 0 then
+    local last = too_recent(base, now_us, min_ms)
+    if last then return {3, last, string.format('%.0f', now_us), version} end
+  end
+end
+
 local text, behind_us = next_token(KEYS[2])
 if not text then return behind_us end
 local slot = free[1]
 local value = owner .. ' ' .. text .. ' ' .. ARGV[3] .. ' ' .. ARGV[4]
 redis.call('SET', slot_prefix .. slot, value, 'PX', ARGV[2])
+local started = ''
+if now_us then
+  started = string.format('%.0f', now_us)
+  redis.call('HSET', base .. 'running', slot,
+             table.concat({owner, started, text, ARGV[3], ARGV[4], ARGV[15]}, ' '))
+  redis.call('PEXPIRE', base .. 'running', records_ttl)
+end
 if queued then
   redis.call('ZREM', queue, owner)
   redis.call('ZREM', turns, owner)
@@ -78,4 +106,4 @@ else
   if soonest and soonest < pttl then pttl = soonest end
   tell_first(queue, wake, pttl)
 end
-return {1, text, value, version, behind_us, slot}
+return {1, text, value, version, behind_us, slot, started}

@@ -2,10 +2,12 @@
 -- wakes as many waiters as slots are free. When no slot is held any more, the stored limit goes.
 -- KEYS: 1 limit, 2 queue, 3 turns.
 -- ARGV: 1 owner, 2 the slot ('' when not known: every slot is looked at), 3 the slots' key prefix,
---       4 N, 5 waiters' channel prefix, 6 turn ms.
+--       4 N, 5 waiters' channel prefix, 6 turn ms; to record the run (see _runs.lua; only with the slot
+--       known) also 7..17 as release.lua's 4..14.
 -- Returns 1 deleted, 0 not ours (gone or another owner's).
 -- @include _queue.lua
 -- @include _slots.lua
+-- @include _runs.lua
 if redis.replicate_commands then redis.replicate_commands() end
 local owner, slot_prefix, n = ARGV[1], ARGV[3], tonumber(ARGV[4])
 local function release(key)
@@ -27,6 +29,7 @@ else
     end
   end
 end
+if ARGV[7] and ARGV[2] ~= '' then close_run(deleted, owner, ARGV, 7, ARGV[2]) end
 if not deleted then return 0 end
 local free = scan(slot_prefix, n)
 if #free == n then redis.call('DEL', KEYS[1]) end
