@@ -522,7 +522,6 @@ Config make_config(const Options& o, const GetEnv& getenv, const ParseSignal& pa
       throw UsageError("--min-interval: " + format_duration(m) + " is longer than the records' TTL " +
                        format_duration(c.run.records.ttl) + " (--records-ttl): the last success would be forgotten first");
     if (quorum) throw UsageError("--min-interval: not supported in quorum mode (several --redis servers) yet");
-    if (on_etcd) throw UsageError("--min-interval: not supported on etcd yet");
     if (c.run.limit > 1) throw UsageError("--min-interval: not supported with --limit N yet");
     c.run.min_interval = m;
   }
