@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cstdio>
 #include <optional>
+#include <thread>
 #include <unistd.h>
 
 #include "etcd/client.hpp"
@@ -341,15 +342,31 @@ class EtcdHeldLease final : public KeptLease {
   // when it is still this run's. A run whose key is gone did not hold the lock to the end: 'ok' and
   // 'failed' become 'lost'. Guarded by the keys' mod revisions (and the own key while it is there), and
   // idempotent: a transaction applied twice (a member failing under it) finds its record written.
+  // A cluster without a leader for a moment (an election) is waited for, while the lease lasts with a
+  // request's time to spare for the revoke: nobody else can hold the lock before it ends anyway.
   void record_end(const RunOutcome& how) {
     const std::uint64_t end = wall_us();
     const std::string token = std::to_string(m_acquired.token);
     auto warn = [&](const redis::Error& e) {
       log::event(log::Level::warn, "record_failed", "could not record the run in etcd: " + e.message, m_context);
     };
-    for (int attempt = 0; attempt < k_record_attempts; ++attempt) {
+    int failures = 0;
+    const auto pause_after = [&](const redis::Error& e) {
+      if (!retryable(e)) return false;
+      const milliseconds pause = retry_pause(++failures);
+      if (BootClock::now() + pause + m_request.request_timeout >= deadline()) return false;
+      log::event(log::Level::debug, "etcd_retry",
+                 "cannot record the run in etcd: " + e.message + "; trying again while the lease lasts", m_context,
+                 {log::millis("retry_in", pause, util::format_duration(pause))});
+      std::this_thread::sleep_for(pause);
+      return true;
+    };
+    for (int attempt = 0; attempt < k_record_attempts;) {
       auto s = m_records.read(m_key);
-      if (!s) return warn(s.error());
+      if (!s) {
+        if (pause_after(s.error())) continue;
+        return warn(s.error());
+      }
       const bool ours = s->own && s->own->create_revision == m_own_create && s->own->lease == m_lease;
       std::string outcome = how.outcome;
       if (!ours && outcome != "stopped") outcome = "lost";
@@ -376,8 +393,12 @@ class EtcdHeldLease final : public KeptLease {
       if (s->run)
         if (auto run = parse_run(s->run->value); run && run->owner == m_request.owner) w.run = std::optional<std::string>();
       auto wrote = m_records.write(*s, ours ? m_own_create : 0, m_key, w);
-      if (!wrote) return warn(wrote.error());
+      if (!wrote) {
+        if (pause_after(wrote.error())) continue;
+        return warn(wrote.error());
+      }
       if (*wrote) return;
+      ++attempt;  // a conflict: read again
     }
     warn(record_conflict());
   }
