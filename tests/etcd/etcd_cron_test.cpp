@@ -307,6 +307,78 @@ TEST_F(EtcdCronTest, SkippedRunLeavesNothingHeld) {
       << read_file(file("m.prom")).value_or("");
 }
 
+// The records' lease revoked under a run (as if it had run out between a keep-alive and a write): the
+// record goes with it, and the run's release writes its record on a new lease all the same.
+TEST_F(EtcdCronTest, RecordsLeaseGoneUnderARun) {
+  ASSERT_EQ(job("c-gone", "true").exit_code, 0);
+  auto holder = start(sh_args("c-gone", "echo $FENCERUN_TOKEN > token; while [ ! -e go ]; do sleep 0.02; done",
+                              {"--ttl", "10s"}));
+  const std::string token = wait_line("token");
+  std::string records_lease;
+  for (const auto& id : etcd().leases()) {
+    auto keys = lease_keys(id);
+    if (keys && std::ranges::find(*keys, lock_prefix("c-gone") + "runs") != keys->end()) records_lease = id;
+  }
+  ASSERT_FALSE(records_lease.empty()) << "no lease carries the record";
+  etcd().etcdctl_ok({"lease", "revoke", records_lease});
+  ASSERT_FALSE(etcd().get(lock_prefix("c-gone") + "runs").has_value());
+  touch("go");
+  ASSERT_EQ(holder->wait_for_exit(20s), 0) << holder->result();
+  auto h = history("c-gone");
+  ASSERT_EQ(h.size(), 1u);
+  EXPECT_EQ(field(h[0], "outcome"), "ok");
+  EXPECT_EQ(field(h[0], "token"), token);
+  EXPECT_EQ(holder->result().err.find("record_failed"), std::string::npos) << holder->result();
+  EXPECT_TRUE(nothing_left("c-gone"));
+  // The next run with --min-interval sees that success.
+  EXPECT_EQ(job("c-gone", "echo x > ran", {"--min-interval", "1h", "--skip-exit-code", "9"}).exit_code, 9);
+}
+
+// A member killed while a run holds (the first of the URL, the one a run talks to first, or the
+// leader): the record's reads and writes at its release go to another member, after the election
+// when it was the leader (--timeout 3s leaves the time for one), and the record is whole (one record
+// per run, none twice, `run` gone, `ok` this run's).
+class EtcdCronChaosTest : public EtcdOwnTest {
+ protected:
+  std::vector<Json> history(const std::string& name) {
+    auto r = run({"-r", etcd().url(), "history", "--json", name});
+    auto j = parse_json(r.out);
+    if (!j || j->kind != Json::Kind::Array) {
+      ADD_FAILURE() << "history --json is not an array: " << r;
+      return {};
+    }
+    return j->items;
+  }
+
+  void record_written_through_another_member(bool leader) {
+  ASSERT_EQ(run(sh_args("c-member", "true")).exit_code, 0);
+  auto holder = start(sh_args("c-member", "echo $FENCERUN_TOKEN > token; while [ ! -e go ]; do sleep 0.02; done",
+                              {"--ttl", "10s", "--timeout", "3s"}));
+  const std::string token = wait_line("token");
+  const int victim = leader ? etcd().leader() : 0;
+  ASSERT_GE(victim, 0);
+  etcd().kill(victim);
+  touch("go");
+  ASSERT_EQ(holder->wait_for_exit(30s), 0) << holder->result();
+  auto h = history("c-member");
+  ASSERT_EQ(h.size(), 2u) << holder->result();
+  const Json* t0 = h[0].find("token");
+  ASSERT_NE(t0, nullptr);
+  EXPECT_EQ(t0->text, token);
+  EXPECT_EQ(h[0].find("outcome")->text, "ok");
+  EXPECT_NE(h[1].find("token")->text, token);
+  EXPECT_FALSE(etcd().get(lock_prefix("c-member") + "run").has_value());
+  auto ok = etcd().get(lock_prefix("c-member") + "ok");
+  ASSERT_TRUE(ok.has_value());
+  EXPECT_NE(ok->find(" ok 0 - " + token + " "), std::string::npos) << *ok;
+  EXPECT_EQ(run(sh_args("c-member", "true", {"--min-interval", "1h", "--skip-exit-code", "9"})).exit_code, 9);
+  EXPECT_TRUE(nothing_left("c-member", 10s));
+  }
+};
+
+TEST_F(EtcdCronChaosTest, RecordWrittenThroughAnotherMember) { record_written_through_another_member(false); }
+TEST_F(EtcdCronChaosTest, RecordWrittenAfterTheLeaderWasKilled) { record_written_through_another_member(true); }
+
 // The fleet: five "hosts" fire the same job every 3 s, each at its own offset in the period (0 to
 // 1.4 s, as clocks and slow starts spread a crontab's firings), with --min-interval 2200ms (0.8 s of
 // margin on both sides: above the spread, below the period), for 6 periods. Exactly one command runs
