@@ -521,7 +521,6 @@ Config make_config(const Options& o, const GetEnv& getenv, const ParseSignal& pa
     if (m > c.run.records.ttl)
       throw UsageError("--min-interval: " + format_duration(m) + " is longer than the records' TTL " +
                        format_duration(c.run.records.ttl) + " (--records-ttl): the last success would be forgotten first");
-    if (on_etcd) throw UsageError("--min-interval: not supported on etcd yet");
     c.run.min_interval = m;
   }
   if (o.min_replicas < 0) throw UsageError("--min-replicas: must not be negative");

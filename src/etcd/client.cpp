@@ -558,6 +558,65 @@ Result<Enqueued> Client::enqueue(const std::string& key, const std::string& valu
   return e;
 }
 
+namespace {
+
+json op_json(const Op& op) {
+  switch (op.kind) {
+    case Op::Kind::put: {
+      json put = {{"key", b64(op.key)}, {"value", b64(op.value)}};
+      if (op.lease != 0) put["lease"] = std::to_string(op.lease);
+      return {{"request_put", put}};
+    }
+    case Op::Kind::remove: return {{"request_delete_range", {{"key", b64(op.key)}}}};
+    case Op::Kind::range: return {{"request_range", range_json(op.range)}};
+  }
+  return json::object();
+}
+
+}  // namespace
+
+Result<TxnResult> Client::txn(const TxnRequest& request, Deadline deadline) {
+  json compare = json::array();
+  for (const auto& c : request.compare) {
+    const bool create = c.target == Compare::Target::create_revision;
+    compare.push_back({{"target", create ? "CREATE" : "MOD"},
+                       {"result", "EQUAL"},
+                       {"key", b64(c.key)},
+                       {create ? "create_revision" : "mod_revision", std::to_string(c.revision)}});
+  }
+  json success = json::array(), failure = json::array();
+  for (const auto& op : request.success) success.push_back(op_json(op));
+  for (const auto& op : request.failure) failure.push_back(op_json(op));
+  json body = {{"success", success}, {"failure", failure}};
+  if (!compare.empty()) body["compare"] = compare;
+  std::lock_guard g(m_mutex);
+  auto r = Call{*m_impl, m_endpoint, m_current, m_repeated}("/v3/kv/txn", body, deadline);
+  if (!r) return std::unexpected(r.error());
+  TxnResult t;
+  if (not_found(*r)) {  // "requested lease not found": the whole transaction was refused
+    t.lease_missing = true;
+    return t;
+  }
+  t.succeeded = r->value("succeeded", false);
+  if (auto h = r->find("header"); h != r->end()) t.revision = i64(*h, "revision");
+  const auto& ops = t.succeeded ? request.success : request.failure;
+  auto responses = r->find("responses");
+  const std::size_t n = responses != r->end() && responses->is_array() ? responses->size() : 0;
+  if (n != ops.size())
+    return std::unexpected(Error{Error::Kind::protocol, "unexpected transaction answer: " + std::to_string(n) +
+                                                            " responses for " + std::to_string(ops.size()) + " ops",
+                                 true});
+  t.ranges.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (ops[i].kind != Op::Kind::range) continue;
+    auto it = (*responses)[i].find("response_range");
+    if (it == (*responses)[i].end())
+      return std::unexpected(Error{Error::Kind::protocol, "unexpected transaction answer: a range is missing", true});
+    t.ranges[i] = range_of(*it);
+  }
+  return t;
+}
+
 Result<MemberStatus> Client::member_status(std::size_t member, Deadline deadline) {
   std::lock_guard g(m_mutex);
   auto r = Call{*m_impl, m_endpoint, m_current, m_repeated}("/v3/maintenance/status", json::object(), deadline,

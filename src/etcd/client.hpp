@@ -1,6 +1,6 @@
 #pragma once
 // The etcd v3 client: the few requests fencerun makes of an etcd cluster (leases, one transaction,
-// ranges, a member's status) and the watch of one key, over etcd's JSON gateway (the /v3/ HTTP
+// ranges, a member's status, any transaction) and the watch of one key, over etcd's JSON gateway (the /v3/ HTTP
 // endpoints every member serves on its client port) with libcurl. libcurl is not linked: it is loaded
 // with dlopen(3) the first time a Client is used, so a run on Redis never loads it. The only place that
 // includes libcurl's or the JSON library's headers is client.cpp.
@@ -75,6 +75,38 @@ struct Enqueued {
   std::optional<KeyValue> first;
 };
 
+// A general transaction (txn_ops): compares, then one branch of puts, deletes and ranges.
+struct Compare {
+  enum class Target { create_revision, mod_revision };
+  std::string key;
+  Target target = Target::mod_revision;
+  std::int64_t revision = 0;  // equal to it (0: the key does not exist)
+};
+struct Op {
+  enum class Kind { put, remove, range };
+  Kind kind = Kind::range;
+  std::string key;
+  std::string value;       // put
+  std::int64_t lease = 0;  // put: attached to this lease (0: none)
+  RangeRequest range;      // range
+};
+inline Op put_op(std::string key, std::string value, std::int64_t lease = 0) {
+  return {Op::Kind::put, std::move(key), std::move(value), lease, {}};
+}
+inline Op remove_op(std::string key) { return {Op::Kind::remove, std::move(key), {}, 0, {}}; }
+inline Op range_op(RangeRequest r) { return {Op::Kind::range, {}, {}, 0, std::move(r)}; }
+struct TxnRequest {
+  std::vector<Compare> compare;
+  std::vector<Op> success;
+  std::vector<Op> failure;
+};
+struct TxnResult {
+  bool succeeded = false;
+  bool lease_missing = false;  // a put named a lease that is gone: nothing was applied
+  std::int64_t revision = 0;
+  std::vector<std::optional<Range>> ranges;  // one per op of the branch taken (set for its ranges)
+};
+
 struct MemberStatus {
   std::string version;
   std::uint64_t member_id = 0;
@@ -108,6 +140,8 @@ class Client {
   Result<Enqueued> enqueue(const std::string& key, const std::string& value, std::int64_t lease,
                            const std::string& base_key, const std::string& base_value, const std::string& prefix,
                            Deadline deadline);
+  // Any transaction (etcd allows 128 ops in one). A put whose lease is gone makes lease_missing true.
+  Result<TxnResult> txn(const TxnRequest& request, Deadline deadline);
   Result<MemberStatus> member_status(std::size_t member, Deadline deadline);
 
   const EtcdEndpoint& endpoint() const { return m_endpoint; }

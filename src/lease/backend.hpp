@@ -61,8 +61,8 @@ class Backend {
 
   // history NAME: prints the recorded runs of NAME, newest first, at most `count` (text, or a JSON array
   // with `json`). Returns 0 when some are recorded, k_status_free when none, k_unavailable (logged)
-  // when that cannot be told. A backend that keeps no record says so and returns k_unavailable.
-  virtual int history(const std::string& lock, long count, bool json) const;
+  // when that cannot be told.
+  virtual int history(const std::string& lock, long count, bool json) const = 0;
 
   // --version -r URL: prints which server each one is, its version and how a lock is released there.
   // Returns 0, or k_unavailable (logged) when one cannot be reached.

@@ -2,7 +2,9 @@
 
 #include <fnmatch.h>
 
+#include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <map>
 
@@ -27,11 +29,27 @@ std::optional<std::uint64_t> parse_u64(std::string_view s) {
   return v;
 }
 
-// One lock's keys as read: its holders' and waiters' keys (by create_revision) and its base.
+// One lock's keys as read: its holders' and waiters' keys (by create_revision), its base, and the record
+// of its runs (the newest record and the last success's).
 struct LockKeys {
   std::vector<KeyValue> queue;
   std::optional<std::uint64_t> base;
+  std::optional<std::string> last_run, last_success;
 };
+
+// The newest record of a `runs` value.
+std::optional<std::string> newest_record(const std::string& runs) {
+  auto records = etcd_run_records(runs, 1);
+  if (records.empty()) return std::nullopt;
+  return records.front();
+}
+
+// Records carry this host's clock (etcd has none a client can read): their ages are told by it too.
+std::uint64_t wall_us() {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
+}
 
 class EtcdBackend final : public Backend {
  public:
@@ -53,8 +71,10 @@ class EtcdBackend final : public Backend {
 
   int list(const ListRequest& request) const override {
     auto& client = const_cast<Client&>(m_client);
-    // Every key under the prefix, a page at a time, grouped by lock NAME.
+    // Every key under the prefix, a page at a time, grouped by lock NAME. A NAME is a lock by its base
+    // or its queue; its record of runs alone (keys that outlive neither) does not make one.
     std::map<std::string, LockKeys> locks;
+    std::map<std::string, LockKeys> records;
     const std::string& prefix = m_target.key_prefix;
     const std::string end = etcd::prefix_end(prefix);
     std::string from = prefix;
@@ -77,11 +97,19 @@ class EtcdBackend final : public Backend {
         if (fnmatch(request.pattern.c_str(), name.c_str(), 0) != 0) continue;
         if (rest == "base") locks[name].base = parse_u64(kv.value);
         else if (rest.starts_with("wait/")) locks[name].queue.push_back(kv);
+        else if (rest == "runs") records[name].last_run = newest_record(kv.value);
+        else if (rest == "ok") records[name].last_success = kv.value;
       }
       seen += page->kvs.size();
       progress.update(seen, locks.size());
       if (page->kvs.size() < 1000) break;
       from = page->kvs.back().key + std::string(1, '\0');
+    }
+    for (auto& [name, r] : records) {
+      auto it = locks.find(name);
+      if (it == locks.end()) continue;
+      it->second.last_run = std::move(r.last_run);
+      it->second.last_success = std::move(r.last_success);
     }
     bool any_held = false;
     std::vector<std::string> entries;
@@ -147,12 +175,37 @@ class EtcdBackend final : public Backend {
     auto queue = m_client.range({keys.prefix, etcd::prefix_end(keys.prefix), etcd::Sort::create_ascending, 0, 0},
                                 deadline);
     if (!queue) return std::unexpected(queue.error());
-    auto base = m_client.range(etcd::single(keys.base), deadline);
-    if (!base) return std::unexpected(base.error());
+    // The base and the record, read at one revision.
+    etcd::TxnRequest t;
+    t.success = {etcd::range_op(etcd::single(keys.base)), etcd::range_op(etcd::single(keys.runs)),
+                 etcd::range_op(etcd::single(keys.ok))};
+    auto rest = m_client.txn(t, deadline);
+    if (!rest) return std::unexpected(rest.error());
+    auto value = [&](std::size_t i) -> std::optional<std::string> {
+      const auto& r = rest->ranges.at(i);
+      if (!r || r->kvs.empty()) return std::nullopt;
+      return r->kvs.front().value;
+    };
     LockKeys k;
     k.queue = std::move(queue->kvs);
-    if (!base->kvs.empty()) k.base = parse_u64(base->kvs.front().value);
+    if (auto base = value(0)) k.base = parse_u64(*base);
+    if (auto runs = value(1)) k.last_run = newest_record(*runs);
+    k.last_success = value(2);
     return view(k);
+  }
+
+  int history(const std::string& lock, long count, bool json) const override {
+    const auto keys = etcd_keys_for(m_target.key_prefix, lock);
+    auto runs = const_cast<Client&>(m_client).range(etcd::single(keys.runs), BootClock::now() + m_target.timeout);
+    if (!runs) {
+      unavailable(runs.error(), lock);
+      return exit_code::k_unavailable;
+    }
+    std::vector<std::string> records;
+    if (!runs->kvs.empty())
+      records = etcd_run_records(runs->kvs.front().value, static_cast<std::size_t>(std::max<long>(count, 0)));
+    print_history(lock, records, wall_us(), json);
+    return records.empty() ? exit_code::k_status_free : 0;
   }
 
   redis::Result<bool> break_holder(const std::string& lock, long, std::string_view owner) override {
@@ -179,6 +232,9 @@ class EtcdBackend final : public Backend {
     auto& client = const_cast<Client&>(m_client);
     LockStatus s;
     s.limit = 1;
+    s.last_run = k.last_run;
+    s.last_success = k.last_success;
+    s.now_us = wall_us();
     if (!k.queue.empty()) {
       const auto& first = k.queue.front();
       SlotHolder h{0, etcd_holder_of(first, k.base), std::nullopt};

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cstdio>
 #include <optional>
+#include <thread>
 #include <unistd.h>
 
 #include "etcd/client.hpp"
@@ -75,13 +76,209 @@ class EtcdRenewer final : public Renewer {
   std::atomic<std::int64_t> m_revision{0};
 };
 
+// ---- The record of runs (see etcd_lease.hpp)
+
+std::uint64_t wall_us() {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
+}
+
+std::vector<std::string_view> words(std::string_view s) {
+  std::vector<std::string_view> out;
+  while (!s.empty()) {
+    const auto sp = s.find(' ');
+    out.push_back(s.substr(0, sp));
+    s = sp == std::string_view::npos ? std::string_view{} : s.substr(sp + 1);
+  }
+  return out;
+}
+
+// The fields of `run`'s value: "OWNER START_US TOKEN PID HOST VERSION".
+struct RunInProgress {
+  std::string owner, start, token, pid, host, version;
+};
+std::optional<RunInProgress> parse_run(std::string_view value) {
+  const auto w = words(value);
+  if (w.size() != 6) return std::nullopt;
+  return RunInProgress{std::string(w[0]), std::string(w[1]), std::string(w[2]),
+                       std::string(w[3]), std::string(w[4]), std::string(w[5])};
+}
+
+// A run still in progress when the lock is taken by another one ended without a release: its record
+// says killed, with what is unknown as '-' (as _runs.lua's record_killed writes it).
+std::string killed_record(const RunInProgress& r) {
+  return r.start + " - killed - - " + r.token + " " + r.pid + " " + r.host + " " + r.version;
+}
+
+std::string joined_records(const std::vector<std::string>& records) {
+  std::string out;
+  for (const auto& r : records) out += (out.empty() ? "" : "\n") + r;
+  return out;
+}
+
+// The records' TTL as etcd takes it: whole seconds, rounded up, within etcd's bounds.
+std::int64_t records_ttl_seconds(milliseconds ttl) {
+  constexpr std::int64_t k_max = 9'000'000'000;  // etcd's maximum lease TTL
+  const std::int64_t s = (ttl.count() + 999) / 1000;
+  return std::clamp<std::int64_t>(s, 1, k_max);
+}
+
+// The three record keys as read (nullopt: absent), and the run's own lock key.
+struct RecordState {
+  std::optional<KeyValue> run, ok, runs, own;
+};
+
+// What a write leaves of a record key: unchanged (nullopt), deleted (an empty inner optional) or this
+// value.
+using RecordWrite = std::optional<std::optional<std::string>>;
+struct RecordWrites {
+  RecordWrite run, ok, runs;
+  bool empty() const { return !run && !ok && !runs; }
+};
+
+// Reads and writes the record of NAME's runs. Every write is a transaction guarded by the keys' mod
+// revisions as read (and the holder's own key): a conflict reads again. The keys share one etcd lease
+// of the records' TTL, reused while its TTL is the one asked (LeaseKeepAlive resets it), else replaced.
+class EtcdRecords {
+ public:
+  EtcdRecords(Client& client, const EtcdKeys& keys, const LeaseRequest& request)
+      : m_client(client), m_keys(keys), m_request(request), m_ttl_s(records_ttl_seconds(request.records.ttl)) {}
+  ~EtcdRecords() { drop_unused(); }
+  EtcdRecords(const EtcdRecords&) = delete;
+  EtcdRecords& operator=(const EtcdRecords&) = delete;
+
+  const LeaseRequest& request() const { return m_request; }
+  std::size_t keep() const { return static_cast<std::size_t>(std::max<long>(m_request.records.keep, 1)); }
+
+  redis::Result<RecordState> read(const std::string& own_key) {
+    etcd::TxnRequest t;
+    t.success = {etcd::range_op(etcd::single(m_keys.run)), etcd::range_op(etcd::single(m_keys.ok)),
+                 etcd::range_op(etcd::single(m_keys.runs)), etcd::range_op(etcd::single(own_key))};
+    auto r = m_client.txn(t, bound());
+    if (!r) return std::unexpected(r.error());
+    RecordState s;
+    std::optional<KeyValue>* into[] = {&s.run, &s.ok, &s.runs, &s.own};
+    for (std::size_t i = 0; i < 4; ++i)
+      if (r->ranges[i] && !r->ranges[i]->kvs.empty()) *into[i] = r->ranges[i]->kvs.front();
+    return s;
+  }
+
+  // Writes `w` unless a key changed since `s` was read or (own_create > 0) the run's own key is not
+  // the one of that create_revision any more. false: a conflict (read again).
+  redis::Result<bool> write(const RecordState& s, std::int64_t own_create, const std::string& own_key,
+                            const RecordWrites& w) {
+    // Every key that stays after the write: its value, and its lease now.
+    struct Key {
+      const std::string& name;
+      const std::optional<KeyValue>& now;
+      const RecordWrite& write;
+    };
+    const Key keys[] = {{m_keys.run, s.run, w.run}, {m_keys.ok, s.ok, w.ok}, {m_keys.runs, s.runs, w.runs}};
+    std::vector<std::int64_t> old_leases;
+    for (const auto& k : keys)
+      if (k.now && k.now->lease != 0 && std::ranges::find(old_leases, k.now->lease) == old_leases.end())
+        old_leases.push_back(k.now->lease);
+    bool puts = false;
+    for (const auto& k : keys) puts = puts || (k.write && *k.write);
+    std::int64_t lease = 0;
+    if (puts) {
+      auto chosen = choose_lease(old_leases);
+      if (!chosen) return std::unexpected(chosen.error());
+      lease = *chosen;
+    }
+    etcd::TxnRequest t;
+    if (own_create > 0)
+      t.compare.push_back({own_key, etcd::Compare::Target::create_revision, own_create});
+    for (const auto& k : keys) {
+      t.compare.push_back({k.name, etcd::Compare::Target::mod_revision, k.now ? k.now->mod_revision : 0});
+      if (k.write) {
+        if (*k.write) t.success.push_back(etcd::put_op(k.name, **k.write, lease));
+        else if (k.now) t.success.push_back(etcd::remove_op(k.name));
+      } else if (k.now && puts && k.now->lease != lease) {
+        t.success.push_back(etcd::put_op(k.name, k.now->value, lease));  // onto the records' lease
+      }
+    }
+    if (t.success.empty()) return true;
+    auto r = m_client.txn(t, bound());
+    if (!r) return std::unexpected(r.error());
+    if (r->lease_missing) {  // expired (or revoked) between its keep-alive and this put: grant another
+      m_dead = lease;
+      if (lease == m_granted) m_granted = 0;
+      return false;
+    }
+    if (!r->succeeded) return false;
+    if (lease != 0) {
+      if (lease == m_granted) m_granted = 0;  // in use
+      // No key is left on the leases the keys had before: do not leave them to run out.
+      for (auto old : old_leases)
+        if (old != lease) [[maybe_unused]] auto revoked = m_client.revoke(old, bound());
+    }
+    return true;
+  }
+
+  // A lease granted for a write that did not happen holds nothing: revoke it.
+  void drop_unused() {
+    if (m_granted == 0) return;
+    [[maybe_unused]] auto revoked = m_client.revoke(m_granted, bound());
+    m_granted = 0;
+  }
+
+ private:
+  Deadline bound() const { return BootClock::now() + m_request.request_timeout; }
+
+  // The lease the record keys go onto: the one they carry, kept alive, when its TTL is the one asked;
+  // else a new one (granted once, until a write uses it).
+  redis::Result<std::int64_t> choose_lease(const std::vector<std::int64_t>& old_leases) {
+    std::int64_t current = old_leases.empty() ? 0 : old_leases.front();
+    if (current != 0 && current == m_granted) return current;
+    std::optional<std::int64_t> current_ttl;
+    if (current != 0 && current != m_dead) {
+      auto ttl = m_client.keep_alive(current, bound());
+      if (!ttl) return std::unexpected(ttl.error());
+      current_ttl = *ttl;
+      if (current_ttl && *current_ttl == m_ttl_s) return current;
+    }
+    if (m_granted == 0) {
+      auto g = m_client.grant(m_ttl_s, bound());
+      if (!g) return std::unexpected(g.error());
+      m_granted = g->id;
+      m_granted_ttl = g->ttl;
+    }
+    // etcd raised a TTL below its minimum: the current lease, just reset to that TTL, is as good.
+    if (current_ttl && *current_ttl == m_granted_ttl) {
+      drop_unused();
+      return current;
+    }
+    return m_granted;
+  }
+
+  Client& m_client;
+  const EtcdKeys& m_keys;
+  const LeaseRequest& m_request;
+  std::int64_t m_ttl_s;
+  std::int64_t m_granted = 0;  // granted by this run, not yet carrying a key
+  std::int64_t m_granted_ttl = 0;
+  std::int64_t m_dead = 0;  // a lease a put found gone
+};
+
+// Bounds the transactions a step of the record retries after conflicts (another run writing the
+// record at the same time: a lost run's release, the next holder's start).
+constexpr int k_record_attempts = 8;
+
+redis::Error record_conflict() {
+  return {redis::Error::Kind::unready, "the record of runs kept changing under the transaction", false};
+}
+
 class EtcdHeldLease final : public KeptLease {
  public:
   EtcdHeldLease(Client& client, std::unique_ptr<EtcdRenewer> renewer, Acquired acquired, std::int64_t lease,
-                std::string key, std::int64_t revision, const EtcdLeaseTarget& target, const LeaseRequest& request,
+                std::string key, std::int64_t own_create, std::int64_t revision, EtcdRecords& records,
+                std::optional<std::uint64_t> started_us, const EtcdLeaseTarget& target, const LeaseRequest& request,
                 log::Context context)
       : KeptLease(*renewer, std::move(acquired), request, std::move(context)), m_renewer(std::move(renewer)),
-        m_client(client), m_lease(lease), m_key(std::move(key)), m_revision(revision), m_target(target) {}
+        m_client(client), m_lease(lease), m_key(std::move(key)), m_own_create(own_create), m_revision(revision),
+        m_records(records), m_started_us(started_us), m_target(target) {}
 
   ~EtcdHeldLease() override {
     try {
@@ -93,6 +290,8 @@ class EtcdHeldLease final : public KeptLease {
 
   std::uint64_t token() const override { return m_acquired.token; }
   long slot() const override { return 0; }
+  // By this host's clock (etcd has none a client can read).
+  std::optional<std::uint64_t> started_us() const override { return m_started_us; }
   std::vector<std::pair<std::string, std::string>> facts() const override {
     return {{"FENCERUN_TOKEN", std::to_string(m_acquired.token)},
             {"FENCERUN_LOCK", m_request.lock},
@@ -119,6 +318,8 @@ class EtcdHeldLease final : public KeptLease {
   Released release() override {
     stop_keeping();
     m_released = true;
+    // The record first, while the key is there to compare (and to tell a lost run).
+    if (m_outcome && m_started_us) record_end(*m_outcome);
     const Deadline began = BootClock::now();
     // Revoking the lease deletes the key attached to it, in one Raft entry: only this run's key.
     auto revoked = m_client.revoke(m_lease, began + m_request.request_timeout);
@@ -136,6 +337,72 @@ class EtcdHeldLease final : public KeptLease {
   }
 
  private:
+  // Closes the run in the record (see _runs.lua's close_run): its record prepended to `runs` (or put in
+  // place of the killed record the next run wrote for it), `ok` set when it succeeded, `run` deleted
+  // when it is still this run's. A run whose key is gone did not hold the lock to the end: 'ok' and
+  // 'failed' become 'lost'. Guarded by the keys' mod revisions (and the own key while it is there), and
+  // idempotent: a transaction applied twice (a member failing under it) finds its record written.
+  // A cluster without a leader for a moment (an election) is waited for, while the lease lasts with a
+  // request's time to spare for the revoke: nobody else can hold the lock before it ends anyway.
+  void record_end(const RunOutcome& how) {
+    const std::uint64_t end = wall_us();
+    const std::string token = std::to_string(m_acquired.token);
+    auto warn = [&](const redis::Error& e) {
+      log::event(log::Level::warn, "record_failed", "could not record the run in etcd: " + e.message, m_context);
+    };
+    int failures = 0;
+    const auto pause_after = [&](const redis::Error& e) {
+      if (!retryable(e)) return false;
+      const milliseconds pause = retry_pause(++failures);
+      if (BootClock::now() + pause + m_request.request_timeout >= deadline()) return false;
+      log::event(log::Level::debug, "etcd_retry",
+                 "cannot record the run in etcd: " + e.message + "; trying again while the lease lasts", m_context,
+                 {log::millis("retry_in", pause, util::format_duration(pause))});
+      std::this_thread::sleep_for(pause);
+      return true;
+    };
+    for (int attempt = 0; attempt < k_record_attempts;) {
+      auto s = m_records.read(m_key);
+      if (!s) {
+        if (pause_after(s.error())) continue;
+        return warn(s.error());
+      }
+      const bool ours = s->own && s->own->create_revision == m_own_create && s->own->lease == m_lease;
+      std::string outcome = how.outcome;
+      if (!ours && outcome != "stopped") outcome = "lost";
+      const std::string record =
+          std::to_string(*m_started_us) + " " + std::to_string(end) + " " + outcome + " " +
+          (how.exit_code ? std::to_string(*how.exit_code) : "-") + " " + (how.signal ? std::to_string(*how.signal) : "-") +
+          " " + token + " " + std::to_string(m_request.pid) + " " + (m_request.host.empty() ? "-" : m_request.host) +
+          " " + (m_request.version.empty() ? "-" : m_request.version);
+      std::vector<std::string> list = s->runs ? etcd_run_records(s->runs->value) : std::vector<std::string>();
+      bool replaced = false;
+      for (auto& r : list) {
+        const auto rec = parse_run_record(r);
+        if (!rec || rec->token != m_acquired.token) continue;
+        if (rec->outcome != "killed") return;  // written by an earlier attempt of this transaction
+        r = record;
+        replaced = true;
+        break;
+      }
+      if (!replaced) list.insert(list.begin(), record);
+      if (list.size() > m_records.keep()) list.resize(m_records.keep());
+      RecordWrites w;
+      w.runs = std::optional<std::string>(joined_records(list));
+      if (outcome == "ok") w.ok = std::optional<std::string>(record);
+      if (s->run)
+        if (auto run = parse_run(s->run->value); run && run->owner == m_request.owner) w.run = std::optional<std::string>();
+      auto wrote = m_records.write(*s, ours ? m_own_create : 0, m_key, w);
+      if (!wrote) {
+        if (pause_after(wrote.error())) continue;
+        return warn(wrote.error());
+      }
+      if (*wrote) return;
+      ++attempt;  // a conflict: read again
+    }
+    warn(record_conflict());
+  }
+
   void watch_own_key(std::int64_t from) {
     try {
       m_watch.emplace(m_client, m_key, from, m_request.request_timeout, [this](etcd::Watch::State state) {
@@ -159,7 +426,10 @@ class EtcdHeldLease final : public KeptLease {
   Client& m_client;
   std::int64_t m_lease;
   std::string m_key;
+  std::int64_t m_own_create;
   std::int64_t m_revision;
+  EtcdRecords& m_records;
+  std::optional<std::uint64_t> m_started_us;  // the run's start in the record (none: not recorded)
   const EtcdLeaseTarget& m_target;
   bool m_released = false;
   std::atomic<bool> m_deleted{false};
@@ -171,7 +441,7 @@ class EtcdLease final : public Lease {
  public:
   EtcdLease(EtcdLeaseTarget target, LeaseRequest request)
       : m_target(std::move(target)), m_request(std::move(request)), m_client(m_target.endpoint),
-        m_keys(etcd_keys_for(m_target.key_prefix, m_request.lock)) {}
+        m_keys(etcd_keys_for(m_target.key_prefix, m_request.lock)), m_records(m_client, m_keys, m_request) {}
 
   std::expected<std::unique_ptr<HeldLease>, NotAcquired> acquire(Waiter& waiter, milliseconds& waited) override;
 
@@ -187,6 +457,7 @@ class EtcdLease final : public Lease {
     std::optional<KeyValue> first;
   };
   enum class Step { holder, busy, retry, failed };
+  enum class Began { run, skipped, lost };
 
   void log_unavailable(const redis::Error& e) const {
     log::event(log::Level::error, "etcd_unavailable", "cannot use etcd at " + m_target.redacted_url + ": " + e.message,
@@ -221,17 +492,77 @@ class EtcdLease final : public Lease {
     q = Queued{};
   }
 
+  void log_skipped(const Skipped& skipped) const {
+    lease::log_skipped(m_request.lock, *m_request.min_interval, skipped.last_success, skipped.now_us);
+  }
+
   // Grants a lease and puts this run's key under the lock's prefix.
   redis::Result<void> enqueue(Queued& q, const LeaseSchedule& schedule);
   // Confirms a queued run as the holder: its lease kept alive now, its key still there and first.
   redis::Result<Step> confirm(Queued& q, const LeaseSchedule& schedule, std::optional<KeyValue>& first);
+  // The holder's first step in the record: a run left in progress is recorded as killed, then either
+  // --min-interval skips this run or `run` is put. One transaction, guarded by the holder's own key.
+  redis::Result<Began> begin_run(const Queued& q, std::uint64_t token, Skipped& skipped);
   std::expected<std::unique_ptr<HeldLease>, NotAcquired> granted(Queued& q);
 
   EtcdLeaseTarget m_target;
   LeaseRequest m_request;
   Client m_client;
   EtcdKeys m_keys;
+  EtcdRecords m_records;
+  std::optional<std::uint64_t> m_started_us;  // of the run that begin_run() put
 };
+
+redis::Result<EtcdLease::Began> EtcdLease::begin_run(const Queued& q, std::uint64_t token, Skipped& skipped) {
+  // This host's clock: the run's start, and the --min-interval check against the last success's.
+  const std::uint64_t now_us = wall_us();
+  const std::string token_text = std::to_string(token);
+  for (int attempt = 0; attempt < k_record_attempts; ++attempt) {
+    auto s = m_records.read(q.key);
+    if (!s) return std::unexpected(s.error());
+    if (!s->own || s->own->create_revision != q.own.create_revision || s->own->lease != q.lease) return Began::lost;
+    std::optional<RunInProgress> run;
+    if (s->run) run = parse_run(s->run->value);
+    if (run && run->owner == m_request.owner && run->token == token_text) {
+      // An earlier attempt of the transaction was applied (its answer was lost).
+      m_started_us = parse_u64(run->start);
+      if (m_started_us) return Began::run;
+    }
+    RecordWrites w;
+    // A run of another owner still in progress never released: killed. (One of this owner with another
+    // token is this run's own, from a key that was lost before its command started: it is replaced.)
+    if (run && run->owner != m_request.owner) {
+      std::vector<std::string> list = s->runs ? etcd_run_records(s->runs->value) : std::vector<std::string>();
+      list.insert(list.begin(), killed_record(*run));
+      if (list.size() > m_records.keep()) list.resize(m_records.keep());
+      w.runs = std::optional<std::string>(joined_records(list));
+    }
+    if (s->run) w.run = std::optional<std::string>();
+    bool skip = false;
+    if (m_request.min_interval && s->ok) {
+      const auto last = parse_run_record(s->ok->value);
+      const auto min_us = static_cast<long double>(m_request.min_interval->count()) * 1000;
+      // A start ahead of this host's clock counts as just now.
+      if (last && static_cast<long double>(now_us) - static_cast<long double>(last->start_us) < min_us) {
+        skip = true;
+        skipped = Skipped{s->ok->value, now_us};
+      }
+    }
+    if (!skip) {
+      w.run = std::optional<std::string>(m_request.owner + " " + std::to_string(now_us) + " " + token_text + " " +
+                                         std::to_string(m_request.pid) + " " +
+                                         (m_request.host.empty() ? "-" : m_request.host) + " " +
+                                         (m_request.version.empty() ? "-" : m_request.version));
+    }
+    auto wrote = m_records.write(*s, q.own.create_revision, q.key, w);
+    if (!wrote) return std::unexpected(wrote.error());
+    if (!*wrote) continue;  // changed under us: read again
+    if (skip) return Began::skipped;
+    m_started_us = now_us;
+    return Began::run;
+  }
+  return std::unexpected(record_conflict());
+}
 
 redis::Result<void> EtcdLease::enqueue(Queued& q, const LeaseSchedule& schedule) {
   const Deadline now = BootClock::now();
@@ -358,6 +689,27 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> EtcdLease::acquire(Waiter
       failures = 0;
     }
     if (step == Step::holder) {
+      // The record of runs (a token past 2^53 is refused by granted(), before anything is written).
+      const std::uint64_t token = q.base + static_cast<std::uint64_t>(q.own.create_revision);
+      if (token <= k_max_token) {
+        Skipped skipped;
+        auto run = begin_run(q, token, skipped);
+        if (!run) {
+          if (auto out = on_error(run.error())) return *out;
+          continue;  // confirms afresh, then reads the record again
+        }
+        if (*run == Began::lost) {  // our key went (a break, the lease ran out): queue again
+          leave(q);
+          continue;
+        }
+        if (*run == Began::skipped) {
+          log_skipped(skipped);
+          leave(q);  // revoking the lease deletes our key: the next run acquires at once
+          waited = since(began);
+          const auto last = parse_run_record(skipped.last_success);
+          return std::unexpected(NotAcquired{NotAcquired::Reason::skipped, 0, 0, last ? last->start_us : 0});
+        }
+      }
       waited = since(began);
       return granted(q);
     }
@@ -422,7 +774,8 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> EtcdLease::granted(Queued
   const log::Context context{m_request.lock, std::to_string(token), std::string()};
   auto renewer = std::make_unique<EtcdRenewer>(m_client, q.lease, q.key);
   auto held = std::make_unique<EtcdHeldLease>(m_client, std::move(renewer), std::move(acquired), q.lease, q.key,
-                                              q.revision, m_target, m_request, context);
+                                              q.own.create_revision, q.revision, m_records, m_started_us, m_target,
+                                              m_request, context);
   log::event(log::Level::info, "acquired", "acquired lock", context,
              {log::millis("ttl", m_request.timing.ttl, util::format_duration(m_request.timing.ttl))});
   log::event(log::Level::info, "server",
@@ -458,7 +811,17 @@ std::string EtcdKeys::key(std::int64_t lease) const { return prefix + lease_hex(
 
 EtcdKeys etcd_keys_for(std::string_view key_prefix, std::string_view name) {
   const std::string tag = std::string(key_prefix) + "{" + std::string(name) + "}:";
-  return {tag + "wait/", tag + "base"};
+  return {tag + "wait/", tag + "base", tag + "run", tag + "ok", tag + "runs"};
+}
+
+std::vector<std::string> etcd_run_records(std::string_view value, std::size_t count) {
+  std::vector<std::string> out;
+  while (!value.empty() && out.size() < count) {
+    const auto nl = value.find('\n');
+    if (nl != 0) out.emplace_back(value.substr(0, nl));
+    value = nl == std::string_view::npos ? std::string_view{} : value.substr(nl + 1);
+  }
+  return out;
 }
 
 std::unique_ptr<Lease> make_etcd_lease(EtcdLeaseTarget target, LeaseRequest request) {

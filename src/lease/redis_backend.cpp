@@ -113,11 +113,6 @@ class RedisBackend final : public Backend {
 
 }  // namespace
 
-int Backend::history(const std::string& lock, long, bool) const {
-  log::event(log::Level::error, "no_history", "history: this mode keeps no record of runs", {{"lock", lock}});
-  return exit_code::k_unavailable;
-}
-
 void print_history(const std::string& lock, const std::vector<std::string>& records, std::uint64_t now_us, bool json) {
   std::string out;
   if (json) {

@@ -106,7 +106,7 @@ TEST_F(EtcdBasicsTest, TokensStrictlyIncreaseOver200Runs) {
     prev = *t;
   }
   EXPECT_TRUE(nothing_left("seq"));
-  EXPECT_EQ(etcd().keys(lock_prefix("seq")), std::vector<std::string>{base_key("seq")});
+  EXPECT_EQ(lock_keys("seq"), std::vector<std::string>{base_key("seq")});
 }
 
 TEST_F(EtcdBasicsTest, BusyWhileHeld) {
@@ -121,7 +121,7 @@ TEST_F(EtcdBasicsTest, BusyWhileHeld) {
   EXPECT_LT(w.elapsed, 4000ms) << w;
   EXPECT_FALSE(std::filesystem::exists(file("ran"))) << "a busy run must not run its command";
   EXPECT_EQ(waiters("busy").size(), 1u) << "only the holder's key: busy runs leave nothing";
-  EXPECT_EQ(etcd().leases().size(), 1u) << "only the holder's lease: busy runs revoke theirs";
+  EXPECT_EQ(run_leases().size(), 1u) << "only the holder's lease: busy runs revoke theirs";
   touch("go");
   ASSERT_EQ(h->wait_for_exit(15s), 0) << h->result();
   EXPECT_TRUE(nothing_left("busy"));

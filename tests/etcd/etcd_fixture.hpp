@@ -28,8 +28,13 @@ inline constexpr long long kMaxSafeEtcdToken = (1LL << 53) - 1;
 inline const std::string kPrefix = "fencerun:";
 inline std::string wait_prefix(const std::string& name) { return kPrefix + "{" + name + "}:wait/"; }
 inline std::string base_key(const std::string& name) { return kPrefix + "{" + name + "}:base"; }
-// Every key of the lock NAME (":wait/..." and ":base").
+// Every key of the lock NAME (":wait/...", ":base", and its record of runs: ":run", ":ok", ":runs").
 inline std::string lock_prefix(const std::string& name) { return kPrefix + "{" + name + "}:"; }
+
+// A key of NAME's record of runs (":run", ":ok", ":runs"), which outlive its runs by --records-ttl.
+inline bool is_record_key(std::string_view key) {
+  return key.ends_with("}:run") || key.ends_with("}:ok") || key.ends_with("}:runs");
+}
 
 inline bool is_lower_hex(std::string_view s) {
   return !s.empty() && s.find_first_not_of("0123456789abcdef") == std::string_view::npos;
@@ -214,14 +219,47 @@ class EtcdTestBase : public ::testing::Test {
   // The :wait/ keys of NAME now.
   std::vector<std::string> waiters(const std::string& name) { return etcd().keys(wait_prefix(name)); }
 
+  // The keys attached to lease `id` (hex, as `lease list` prints it); nullopt when it is gone.
+  std::optional<std::vector<std::string>> lease_keys(const std::string& id) {
+    auto r = etcd().etcdctl({"lease", "timetolive", id, "--keys"});
+    if (r.exit_code != 0 || r.out.find("already expired") != std::string::npos) return std::nullopt;
+    const auto open = r.out.find("attached keys([");
+    if (open == std::string::npos) return std::vector<std::string>{};
+    const auto from = open + std::string("attached keys([").size();
+    const auto close = r.out.find("])", from);
+    std::vector<std::string> keys;
+    std::istringstream in(r.out.substr(from, close == std::string::npos ? std::string::npos : close - from));
+    for (std::string k; in >> k;) keys.push_back(k);
+    return keys;
+  }
+  // The leases now but those that carry only keys of a record of runs (one per NAME, living
+  // --records-ttl): the runs' own leases, and any lease left with no key.
+  std::vector<std::string> run_leases() {
+    std::vector<std::string> out;
+    for (const auto& id : etcd().leases()) {
+      auto keys = lease_keys(id);
+      if (!keys) continue;
+      if (!keys->empty() && std::ranges::all_of(*keys, [](const std::string& k) { return is_record_key(k); })) continue;
+      out.push_back(id);
+    }
+    return out;
+  }
+  // NAME's keys but its record of runs.
+  std::vector<std::string> lock_keys(const std::string& name) {
+    std::vector<std::string> out;
+    for (auto& k : etcd().keys(lock_prefix(name)))
+      if (!is_record_key(k)) out.push_back(k);
+    return out;
+  }
+
   // Waits (up to `timeout`, e.g. a killed run's TTL) until NAME has no :wait/ key and the cluster
-  // no lease; true when so. `what` goes into the failure message.
+  // no lease but those of records of runs; true when so. `what` goes into the failure message.
   ::testing::AssertionResult nothing_left(const std::string& name, Clock::duration timeout = 3s) {
     std::vector<std::string> k, l;
     bool ok = wait_until(
         [&] {
           k = waiters(name);
-          l = etcd().leases();
+          l = run_leases();
           return k.empty() && l.empty();
         },
         timeout, 50ms);

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# What the record of runs and --min-interval cost per run, next to a run without them, in one hyperfine
+# run on loopback (fencerun NAME -- true):
+#   without a record      BASELINE (a fencerun from before the record of runs: required)
+#   with the record       this fencerun, no --min-interval (the record is always kept)
+#   --min-interval 1ms    the check made too (every run passes it)
+#   skipped               --min-interval 1h after a success: the command is not started
+# for one server, a counting lock (--limit 3) and a quorum of 3 (skipped: one server only), against
+# independent redis-servers without persistence, with `hyperfine -N -w WARMUP -r RUNS`, plus the
+# Redis commands each run makes (INFO commandstats on every server: the calls scripts make inside the
+# server included, before and after RUNS more runs). The load average is recorded before and after;
+# nothing is measured while it is at or above the number of CPUs (waits up to LOAD_WAIT seconds).
+# Writes the section between <!-- records:begin --> and <!-- records:end --> of docs/benchmarks.md
+# (appended at the end the first time).
+#
+#   BASELINE=path/to/older/fencerun bench/records.sh
+#
+# Environment: FENCERUN=path (default build/src/fencerun), BASELINE=path (required), BENCH_DOC=path
+# (default docs/benchmarks.md; - prints only), RUNS=100 WARMUP=10 LOAD_WAIT=600, LOAD_MAX=N.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+fencerun="$(realpath "${FENCERUN:-$repo/build/src/fencerun}")"
+doc="${BENCH_DOC:-$repo/docs/benchmarks.md}"
+runs="${RUNS:-100}"
+warmup="${WARMUP:-10}"
+load_wait="${LOAD_WAIT:-600}"
+
+say() { echo "records.sh: $*" >&2; }
+die() { say "$*"; exit 1; }
+# shellcheck source=bench/lib.sh
+source "$repo/bench/lib.sh"
+[[ -x "$fencerun" ]] || die "no fencerun binary at $fencerun (build first, or set FENCERUN)"
+[[ -n "${BASELINE:-}" && -x "$BASELINE" ]] || die "set BASELINE to a fencerun from before the record of runs"
+baseline="$(realpath "$BASELINE")"
+need redis-server redis-server
+need redis-cli redis-tools
+need hyperfine hyperfine
+install_missing
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/fencerun-records.XXXXXX")"
+ports=()
+cleanup() {
+  for p in "${ports[@]}"; do redis-cli -p "$p" SHUTDOWN NOSAVE >/dev/null 2>&1 || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+for i in 1 2 3; do
+  p="$(free_port)"
+  redis-server --bind 127.0.0.1 --port "$p" --daemonize yes --dir "$work" --logfile "$work/redis-$i.log" \
+    --pidfile "$work/redis-$i.pid" --save '' --appendonly no >/dev/null
+  ports+=("$p")
+done
+for p in "${ports[@]}"; do
+  for _ in $(seq 100); do redis-cli -p "$p" PING 2>/dev/null | grep -q PONG && break; sleep 0.05; done
+  redis-cli -p "$p" PING | grep -q PONG || die "redis-server on $p did not start"
+done
+
+r() { local a=""; for p in "$@"; do a+=" -r redis://127.0.0.1:$p"; done; echo "$a"; }
+one="$(r "${ports[0]}")"
+three="$(r "${ports[@]}")"
+# name|command|ports
+rows=(
+  "one server, without a record (baseline)|$baseline$one b1 -- true|${ports[0]}"
+  "one server, with the record|$fencerun$one r1 -- true|${ports[0]}"
+  "one server, --min-interval 1ms|$fencerun$one --min-interval 1ms m1 -- true|${ports[0]}"
+  "one server, skipped (--min-interval 1h)|$fencerun$one --min-interval 1h s1 -- true|${ports[0]}"
+  "--limit 3, without a record (baseline)|$baseline$one --limit 3 bl -- true|${ports[0]}"
+  "--limit 3, with the record|$fencerun$one --limit 3 rl -- true|${ports[0]}"
+  "--limit 3, --min-interval 1ms|$fencerun$one --limit 3 --min-interval 1ms ml -- true|${ports[0]}"
+  "quorum of 3, without a record (baseline)|$baseline$three b3 -- true|${ports[*]}"
+  "quorum of 3, with the record|$fencerun$three r3 -- true|${ports[*]}"
+  "quorum of 3, --min-interval 1ms|$fencerun$three --min-interval 1ms m3 -- true|${ports[*]}"
+  "quorum of 3, skipped (--min-interval 1h)|$fencerun$three --min-interval 1h s3 -- true|${ports[*]}"
+)
+args=()
+for row in "${rows[@]}"; do
+  IFS='|' read -r name cmd _ <<<"$row"
+  # The first run of each succeeds (and gives the skipped rows their success to skip after).
+  # shellcheck disable=SC2086
+  $cmd || die "\`$cmd\` failed"
+  args+=(-n "$name" "$cmd")
+done
+
+ncpu="${LOAD_MAX:-$(nproc)}"
+deadline=$((SECONDS + load_wait))
+while awk -v n="$ncpu" '{exit !($1 >= n)}' /proc/loadavg && ((SECONDS < deadline)); do
+  say "load $(cut -d' ' -f1 /proc/loadavg) >= $ncpu CPUs: waiting for it to settle"
+  sleep 10
+done
+load_before="$(uptime)"
+awk -v n="$ncpu" '{exit !($1 >= n)}' /proc/loadavg && die "load stayed at or above $ncpu: not measuring ($load_before)"
+hyperfine -N -w "$warmup" -r "$runs" --style basic --export-json "$work/h.json" "${args[@]}" >/dev/null
+
+total_calls() {
+  local sum=0 p
+  for p in "$@"; do
+    sum=$((sum + $(redis-cli -p "$p" INFO commandstats | sed -n 's/^cmdstat_[^:]*:calls=\([0-9]*\),.*/\1/p' |
+      awk '{s+=$1} END {print s+0}')))
+  done
+  echo "$sum"
+}
+calls=()
+for row in "${rows[@]}"; do
+  IFS='|' read -r _ cmd rports <<<"$row"
+  read -ra ps <<<"$rports"
+  before="$(total_calls "${ps[@]}")"
+  # shellcheck disable=SC2086
+  for _ in $(seq "$runs"); do $cmd >/dev/null 2>&1 || true; done
+  after="$(total_calls "${ps[@]}")"
+  # Each INFO is counted once it answered: the first counting pass falls in the window (one per server).
+  calls+=("$(awk -v a="$after" -v b="$before" -v r="$runs" -v s="$((${#ps[@]} - 1))" 'BEGIN {printf "%.1f", (a - b - s) / r}')")
+done
+load_after="$(uptime)"
+
+section="$(python3 - "$work/h.json" "$load_before" "$load_after" "$runs" "$warmup" "$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)" "${calls[@]}" <<'PY'
+import json, sys
+h, before, after, runs, warmup, head, *calls = sys.argv[1:]
+res = json.load(open(h))["results"]
+out = ["<!-- records:begin -->", "## 12. The record of runs and `--min-interval`: cost per run", "",
+       "`bench/records.sh`: `fencerun ... NAME -- true` on loopback against redis-servers without",
+       "persistence, next to a fencerun from before the record of runs (BASELINE), all rows in one",
+       f"`hyperfine -N -w {warmup} -r {runs}` run; Redis commands per run summed over the servers (INFO",
+       f"commandstats: the calls scripts make inside the server included). fencerun at {head}.", "",
+       f"Load before: `{before}`  ", f"Load after: `{after}`", "",
+       "| run | mean | ± σ | median | Redis commands per run |", "|---|---|---|---|---|"]
+for r, c in zip(res, calls):
+    out.append(f"| {r['command']} | {r['mean']*1000:.2f} ms | {r['stddev']*1000:.2f} ms | "
+               f"{r['median']*1000:.2f} ms | {c} |")
+out += ["", "<!-- records:end -->"]
+print("\n".join(out))
+PY
+)"
+if [[ "$doc" == "-" ]]; then
+  echo "$section"
+  exit 0
+fi
+python3 - "$doc" "$section" <<'PY'
+import sys
+doc, section = sys.argv[1:]
+text = open(doc).read()
+b, e = text.find("<!-- records:begin -->"), text.find("<!-- records:end -->")
+if b >= 0 and e > b:
+    text = text[:b] + section + text[e + len("<!-- records:end -->"):]
+else:
+    text = text.rstrip("\n") + "\n\n" + section + "\n"
+open(doc, "w").write(text)
+PY
+say "wrote the records section of $doc"
