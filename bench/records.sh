@@ -5,10 +5,11 @@
 #   with the record       this fencerun, no --min-interval (the record is always kept)
 #   --min-interval 1ms    the check made too (every run passes it)
 #   skipped               --min-interval 1h after a success: the command is not started
-# for one server, a counting lock (--limit 3) and a quorum of 3 (skipped: one server only), against
-# independent redis-servers without persistence, with `hyperfine -N -w WARMUP -r RUNS`, plus the
-# Redis commands each run makes (INFO commandstats on every server: the calls scripts make inside the
-# server included, before and after RUNS more runs). The load average is recorded before and after;
+# for one server, a counting lock (--limit 3), a quorum of 3 and a one-member etcd (its data on tmpfs
+# when there is one), against redis-servers without persistence, with `hyperfine -N -w WARMUP -r
+# RUNS`, plus the requests each run makes (Redis: INFO commandstats on every server, the calls scripts
+# make inside the server included; etcd: its grpc_server_handled_total, before and after RUNS more
+# runs). The load average is recorded before and after;
 # nothing is measured while it is at or above the number of CPUs (waits up to LOAD_WAIT seconds).
 # Writes the section between <!-- records:begin --> and <!-- records:end --> of docs/benchmarks.md
 # (appended at the end the first time).
@@ -36,12 +37,18 @@ baseline="$(realpath "$BASELINE")"
 need redis-server redis-server
 need redis-cli redis-tools
 need hyperfine hyperfine
+need etcd etcd-server
+need etcdctl etcd-client
+need curl curl
 install_missing
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/fencerun-records.XXXXXX")"
 ports=()
+etcd_pid="" etcd_data=""
 cleanup() {
   for p in "${ports[@]}"; do redis-cli -p "$p" SHUTDOWN NOSAVE >/dev/null 2>&1 || true; done
+  [[ -n "$etcd_pid" ]] && kill "$etcd_pid" 2>/dev/null && wait "$etcd_pid" 2>/dev/null
+  [[ -n "$etcd_data" && "$etcd_data" == /dev/shm/* ]] && rm -rf "$etcd_data"
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -56,7 +63,13 @@ for p in "${ports[@]}"; do
   redis-cli -p "$p" PING | grep -q PONG || die "redis-server on $p did not start"
 done
 
+etcd_port="$(free_port)"
+peer_port="$(free_port)"
+endpoint="http://127.0.0.1:$etcd_port"
+start_etcd records
+
 r() { local a=""; for p in "$@"; do a+=" -r redis://127.0.0.1:$p"; done; echo "$a"; }
+e=" -r etcd://127.0.0.1:$etcd_port --ttl 10s"
 one="$(r "${ports[0]}")"
 three="$(r "${ports[@]}")"
 # name|command|ports
@@ -65,13 +78,17 @@ rows=(
   "one server, with the record|$fencerun$one r1 -- true|${ports[0]}"
   "one server, --min-interval 1ms|$fencerun$one --min-interval 1ms m1 -- true|${ports[0]}"
   "one server, skipped (--min-interval 1h)|$fencerun$one --min-interval 1h s1 -- true|${ports[0]}"
-  "--limit 3, without a record (baseline)|$baseline$one --limit 3 bl -- true|${ports[0]}"
-  "--limit 3, with the record|$fencerun$one --limit 3 rl -- true|${ports[0]}"
-  "--limit 3, --min-interval 1ms|$fencerun$one --limit 3 --min-interval 1ms ml -- true|${ports[0]}"
+  "counting lock (--limit 3), without a record (baseline)|$baseline$one --limit 3 bl -- true|${ports[0]}"
+  "counting lock (--limit 3), with the record|$fencerun$one --limit 3 rl -- true|${ports[0]}"
+  "counting lock (--limit 3), --min-interval 1ms|$fencerun$one --limit 3 --min-interval 1ms ml -- true|${ports[0]}"
   "quorum of 3, without a record (baseline)|$baseline$three b3 -- true|${ports[*]}"
   "quorum of 3, with the record|$fencerun$three r3 -- true|${ports[*]}"
   "quorum of 3, --min-interval 1ms|$fencerun$three --min-interval 1ms m3 -- true|${ports[*]}"
   "quorum of 3, skipped (--min-interval 1h)|$fencerun$three --min-interval 1h s3 -- true|${ports[*]}"
+  "etcd, without a record (baseline)|$baseline$e be -- true|etcd"
+  "etcd, with the record|$fencerun$e re -- true|etcd"
+  "etcd, --min-interval 1ms|$fencerun$e --min-interval 1ms me -- true|etcd"
+  "etcd, skipped (--min-interval 1h)|$fencerun$e --min-interval 1h se -- true|etcd"
 )
 args=()
 for row in "${rows[@]}"; do
@@ -94,6 +111,10 @@ hyperfine -N -w "$warmup" -r "$runs" --style basic --export-json "$work/h.json" 
 
 total_calls() {
   local sum=0 p
+  if [[ "$1" == etcd ]]; then  # every gRPC call the member handled (the JSON gateway's included)
+    curl -s "$endpoint/metrics" | awk '/^grpc_server_handled_total/ {s += $2} END {printf "%d\n", s}'
+    return
+  fi
   for p in "$@"; do
     sum=$((sum + $(redis-cli -p "$p" INFO commandstats | sed -n 's/^cmdstat_[^:]*:calls=\([0-9]*\),.*/\1/p' |
       awk '{s+=$1} END {print s+0}')))
@@ -109,7 +130,9 @@ for row in "${rows[@]}"; do
   for _ in $(seq "$runs"); do $cmd >/dev/null 2>&1 || true; done
   after="$(total_calls "${ps[@]}")"
   # Each INFO is counted once it answered: the first counting pass falls in the window (one per server).
-  calls+=("$(awk -v a="$after" -v b="$before" -v r="$runs" -v s="$((${#ps[@]} - 1))" 'BEGIN {printf "%.1f", (a - b - s) / r}')")
+  skew=$((${#ps[@]} - 1))
+  [[ "$rports" == etcd ]] && skew=0
+  calls+=("$(awk -v a="$after" -v b="$before" -v r="$runs" -v s="$skew" 'BEGIN {printf "%.1f", (a - b - s) / r}')")
 done
 load_after="$(uptime)"
 
@@ -119,11 +142,14 @@ h, before, after, runs, warmup, head, *calls = sys.argv[1:]
 res = json.load(open(h))["results"]
 out = ["<!-- records:begin -->", "## 12. The record of runs and `--min-interval`: cost per run", "",
        "`bench/records.sh`: `fencerun ... NAME -- true` on loopback against redis-servers without",
-       "persistence, next to a fencerun from before the record of runs (BASELINE), all rows in one",
-       f"`hyperfine -N -w {warmup} -r {runs}` run; Redis commands per run summed over the servers (INFO",
-       f"commandstats: the calls scripts make inside the server included). fencerun at {head}.", "",
+       "persistence and a one-member etcd (`--ttl 10s`, data on tmpfs), next to a fencerun from before",
+       f"the record of runs (BASELINE), all rows in one `hyperfine -N -w {warmup} -r {runs}` run; requests",
+       "per run: Redis commands summed over the servers (INFO commandstats: the calls scripts make inside",
+       "the server included), etcd gRPC calls handled (`grpc_server_handled_total`: the JSON gateway's",
+       "requests, each an internal gRPC call; a stream, as LeaseKeepAlive's, counts once it closes).",
+       f"fencerun at {head}.", "",
        f"Load before: `{before}`  ", f"Load after: `{after}`", "",
-       "| run | mean | ± σ | median | Redis commands per run |", "|---|---|---|---|---|"]
+       "| run | mean | ± σ | median | requests per run |", "|---|---|---|---|---|"]
 for r, c in zip(res, calls):
     out.append(f"| {r['command']} | {r['mean']*1000:.2f} ms | {r['stddev']*1000:.2f} ms | "
                f"{r['median']*1000:.2f} ms | {c} |")
