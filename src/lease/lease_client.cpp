@@ -178,22 +178,30 @@ Result<bool> LeaseClient::release(std::string_view owner, std::optional<std::str
   return *n == 1;
 }
 
+std::vector<std::string> record_release_args(const LockKeys& keys, const RecordArgs& records,
+                                             const RunOutcome& outcome, std::string_view start, std::uint64_t token,
+                                             std::string_view value) {
+  const Holder h = parse_holder(value);
+  return {keys.runs_base,
+          outcome.outcome,
+          outcome.exit_code ? std::to_string(*outcome.exit_code) : "-",
+          outcome.signal ? std::to_string(*outcome.signal) : "-",
+          std::to_string(records.settings.ttl.count()),
+          std::to_string(records.settings.keep),
+          std::string(start),
+          std::to_string(token),
+          h.pid ? std::to_string(*h.pid) : "-",
+          h.host.empty() ? "-" : h.host,
+          records.version};
+}
+
 Result<bool> LeaseClient::release_recorded(std::string_view owner, std::string_view value, const Acquired& acquired,
                                           const RunOutcome& outcome, Deadline deadline) {
   if (!m_records || acquired.started_us.empty()) return release(owner, value, deadline);
   std::string turn_ms = std::to_string(k_turn.count());
   std::string_view queue_keys[] = {m_keys.lock, m_keys.queue, m_keys.turn};
-  const Holder h = parse_holder(value);
-  const std::string code = outcome.exit_code ? std::to_string(*outcome.exit_code) : "-";
-  const std::string sig = outcome.signal ? std::to_string(*outcome.signal) : "-";
-  const std::string records_ttl = std::to_string(m_records->settings.ttl.count());
-  const std::string keep = std::to_string(m_records->settings.keep);
-  const std::string token = std::to_string(acquired.token);
-  const std::string pid = h.pid ? std::to_string(*h.pid) : "-";
-  const std::string host = h.host.empty() ? "-" : h.host;
-  // The record's arguments, as release.lua and record.lua take them from ARGV[4] on.
-  const std::string_view record[] = {m_keys.runs_base, outcome.outcome, code,  sig,  records_ttl,       keep,
-                                     acquired.started_us, token,          pid,   host, m_records->version};
+  const auto record_text = record_release_args(m_keys, *m_records, outcome, acquired.started_us, acquired.token, value);
+  const std::vector<std::string_view> record(record_text.begin(), record_text.end());
   std::string_view wake_args[] = {m_keys.wake, turn_ms};
   Deadline sent{};
   auto record_alone = [&](std::string_view known) -> Result<void> {

@@ -104,6 +104,13 @@ struct RecordArgs {
   std::string version;
 };
 
+// The record a release writes, as release.lua (ARGV 4 on), record.lua and slots_release.lua take it:
+// the key base, outcome, exit code, signal, records' TTL, runs kept, `start` (server time; "" in quorum
+// mode: each server's own), token, pid and host (from the lock `value`), fencerun's version.
+std::vector<std::string> record_release_args(const LockKeys& keys, const RecordArgs& records,
+                                             const RunOutcome& outcome, std::string_view start, std::uint64_t token,
+                                             std::string_view value);
+
 // Decodes an acquire script's reply (acquired, busy, or held with another limit); `sent` goes into
 // Acquired. A protocol error when the reply does not have the script's shape.
 redis::Result<AcquireResult> parse_acquire_reply(const redis::Reply& reply, Deadline sent);

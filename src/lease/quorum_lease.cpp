@@ -472,20 +472,10 @@ class QuorumHeldLease final : public KeptLease {
   std::vector<std::string> record() const {
     const auto& records = m_ops.records();
     if (!records || !m_outcome || m_acquired.started_us.empty()) return {};
-    const Holder h = parse_holder(m_acquired.value);
     const auto duration = std::chrono::duration_cast<std::chrono::microseconds>(BootClock::now() - m_acquired.sent);
-    return {m_ops.keys().runs_base,
-            m_outcome->outcome,
-            m_outcome->exit_code ? std::to_string(*m_outcome->exit_code) : "-",
-            m_outcome->signal ? std::to_string(*m_outcome->signal) : "-",
-            std::to_string(records->settings.ttl.count()),
-            std::to_string(records->settings.keep),
-            "",
-            std::to_string(m_acquired.token),
-            h.pid ? std::to_string(*h.pid) : "-",
-            h.host.empty() ? "-" : h.host,
-            records->version,
-            std::to_string(duration.count())};
+    auto args = record_release_args(m_ops.keys(), *records, *m_outcome, "", m_acquired.token, m_acquired.value);
+    args.push_back(std::to_string(duration.count()));
+    return args;
   }
 
   QuorumOps& m_ops;

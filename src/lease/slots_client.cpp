@@ -73,17 +73,8 @@ Result<bool> SlotsClient::release(std::string_view owner, std::optional<std::str
 Result<bool> SlotsClient::release_recorded(std::string_view owner, std::string_view value, const Acquired& acquired,
                                            const RunOutcome& outcome, Deadline deadline) {
   if (!m_records || acquired.started_us.empty() || !m_slot) return release(owner, value, deadline);
-  const Holder h = parse_holder(value);
-  const std::string code = outcome.exit_code ? std::to_string(*outcome.exit_code) : "-";
-  const std::string sig = outcome.signal ? std::to_string(*outcome.signal) : "-";
-  const std::string records_ttl = std::to_string(m_records->settings.ttl.count());
-  const std::string keep = std::to_string(m_records->settings.keep);
-  const std::string token = std::to_string(acquired.token);
-  const std::string pid = h.pid ? std::to_string(*h.pid) : "-";
-  const std::string host = h.host.empty() ? "-" : h.host;
-  // The record's arguments, as slots_release.lua takes them from ARGV[7] on.
-  const std::string_view record[] = {m_keys.runs_base, outcome.outcome, code,  sig,  records_ttl,       keep,
-                                     acquired.started_us, token,          pid,   host, m_records->version};
+  const auto record_text = record_release_args(m_keys, *m_records, outcome, acquired.started_us, acquired.token, value);
+  const std::vector<std::string_view> record(record_text.begin(), record_text.end());
   return release_with(owner, record, deadline);
 }
 
