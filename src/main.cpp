@@ -14,7 +14,7 @@
 #include "config/config.hpp"
 #include "fence/fence.hpp"
 #include "log/log.hpp"
-#include "redis/client.hpp"
+#include "lease/backend.hpp"
 #include "supervisor/exit_status.hpp"
 #include "supervisor/signals.hpp"
 #include "util/error.hpp"
@@ -67,8 +67,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (options.subcommand == config::Subcommand::version) {
-      std::printf("fencerun %s\nhiredis %s\nfeatures: tcp unix tls sentinel cluster etcd\n", FENCERUN_VERSION,
-                  redis::hiredis_version().c_str());
+      // The libraries and the features come from the table of backends (backends/registry.cpp).
+      std::printf("fencerun %s\n%sfeatures: %s\n", FENCERUN_VERSION, lease::library_versions().c_str(),
+                  lease::features_line().c_str());
       if (options.redis_urls.empty()) return 0;
       std::fflush(stdout);
       return app::server_version(config::make_config(options, get_env, supervisor::parse_signal));
@@ -76,12 +77,13 @@ int main(int argc, char** argv) {
     auto config = config::make_config(options, get_env, supervisor::parse_signal);
     log::init(to_log_level(config.common.log_level),
               config.common.log_format == config::LogFormat::json ? log::Format::json : log::Format::text);
-    if (config.common.etcd ? config.common.etcd->tls_settings.insecure : config.common.endpoint.tls.insecure)
+    if (config.common.target->tls_insecure())
       log::event(log::Level::warn, "tls_insecure", "TLS certificate verification is disabled (--tls-insecure)");
     // $REDIS_URL is often an application's own setting: say which source chose the server.
-    log::event(config.common.url_source == "$REDIS_URL" ? log::Level::info : log::Level::debug, "redis_url",
-               std::string("using ") + config.common.server_kind() + " at " + config.common.redacted_url + " (from " + config.common.url_source + ")",
-               {{"source", config.common.url_source}});
+    log::event(config.common.url_source == "$REDIS_URL" ? log::Level::info : log::Level::debug, "server_url",
+               "using " + std::string(config.common.server_kind()) + " at " + config.common.redacted_url() + " (from " +
+                   config.common.url_source + ")",
+               {{"source", config.common.url_source}, {"backend", std::string(config.common.target->backend())}});
     if (config.subcommand == config::Subcommand::status) return app::status(config);
     if (config.subcommand == config::Subcommand::acl) return app::acl(config);
     if (config.subcommand == config::Subcommand::list) return app::list(config);

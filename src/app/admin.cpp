@@ -1,19 +1,19 @@
-// `fencerun list`, `fencerun break`, `fencerun bump`: operating locks without writing Redis commands
-// by hand, through the backend (lease/backend.hpp). list walks the locks (the backend prints them);
+// `fencerun list`, `fencerun break`, `fencerun bump`: operating locks without writing the server's
+// commands by hand, through the backend (lease/backend.hpp). list walks the locks (the backend prints them);
 // break releases a holder's lease owner-checked, as its own release would, and wakes the waiters;
 // bump raises a token counter that went backwards.
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "app/app.hpp"
 #include "app/backend.hpp"
-#include "lease/lease_client.hpp"
 #include "lease/lock_view.hpp"
 #include "log/log.hpp"
-#include "redis/client.hpp"
+#include "util/error.hpp"
 #include "util/exit_code.hpp"
 
 namespace fencerun::app {
@@ -24,12 +24,13 @@ void print(const std::string& s) {
   std::fflush(stdout);
 }
 
-int unavailable(const config::Config& c, const redis::Error& e, const std::string& lock = {}) {
-  if (lock.empty())
-    log::event(log::Level::error, "redis_unavailable", std::string("cannot use ") + c.common.server_kind() + " at " + c.common.redacted_url + ": " + e.message);
-  else
-    log::event(log::Level::error, "redis_unavailable", std::string("cannot use ") + c.common.server_kind() + " at " + c.common.redacted_url + ": " + e.message,
-               {{"lock", lock}});
+// The backend's own event for a server it cannot use: redis_unavailable, etcd_unavailable.
+int unavailable(const config::Config& c, const lease::Error& e, const std::string& lock) {
+  std::string event(c.common.server_kind());
+  for (char& ch : event) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  log::event(log::Level::error, event + "_unavailable",
+             "cannot use " + std::string(c.common.server_kind()) + " at " + c.common.redacted_url() + ": " + e.message,
+             {{"lock", lock}, {"kind", lease::to_string(e.kind)}});
   return exit_code::k_unavailable;
 }
 
@@ -56,7 +57,9 @@ int break_lock(const config::Config& c) {
     return exit_code::k_usage;
   }
   auto backend = backend_for(c.common);
-  auto s = backend->holders(c.run.lock);
+  lease::LockAdmin* admin = backend->admin();  // the configuration refused break where there is none
+  if (!admin) throw Error(ErrorKind::internal, "break: the backend has no lock admin");
+  auto s = admin->holders(c.run.lock);
   if (!s) return unavailable(c, s.error(), c.run.lock);
   std::vector<lease::SlotHolder> targets;
   for (const auto& h : s->holders)
@@ -79,7 +82,7 @@ int break_lock(const config::Config& c) {
   }
   bool broke = false;
   for (const auto& t : targets) {
-    auto released = backend->break_holder(c.run.lock, s->limit, t.holder.owner);
+    auto released = admin->break_holder(c.run.lock, s->limit, t.holder.owner);
     if (!released) return unavailable(c, released.error(), c.run.lock);
     const std::string what = c.run.lock + (s->limit > 1 ? " slot " + std::to_string(t.slot) : std::string()) + ": ";
     if (*released) {
@@ -96,7 +99,10 @@ int break_lock(const config::Config& c) {
 }
 
 int bump(const config::Config& c) {
-  auto b = backend_for(c.common)->bump(c.run.lock, c.bump_above);
+  auto backend = backend_for(c.common);
+  lease::TokenCounter* counter = backend->counter();  // the configuration refused bump where there is none
+  if (!counter) throw Error(ErrorKind::internal, "bump: the backend has no token counter");
+  auto b = counter->bump(c.run.lock, c.bump_above);
   if (!b) return unavailable(c, b.error(), c.run.lock);
   const std::string before = b->before ? std::to_string(*b->before) : std::string("none");
   if (b->before && *b->before >= c.bump_above)

@@ -8,8 +8,7 @@
 namespace fencerun::app {
 
 inline std::unique_ptr<lease::Backend> backend_for(const config::CommonConfig& c) {
-  return lease::make_backend(
-      {c.etcd, c.endpoint, c.redacted_url, c.servers, c.server_urls, c.key_prefix, c.timeout, c.quorum_max_ttl});
+  return c.target->make_backend(c.backend_settings());
 }
 
 }  // namespace fencerun::app

@@ -142,7 +142,7 @@ Exit run_under(const config::Config& c, supervisor::SignalChannel& signals, leas
   // supervisor kills the job on every way out, before the lease is released.
   supervisor::Supervisor sup(signals, {c.run.kill_signal, schedule.stop_points()}, context);
   // The job's fencerun commands reach the same server with the same credentials and TLS settings.
-  UniqueFd connection(config::share_connection(c.common));
+  UniqueFd connection(c.common.target->share_connection());
   auto pid = sup.start(c.run.command, child_environment(held, connection.get()), deadline);
   connection.reset();  // the command has its copy
   if (!pid) {

@@ -4,23 +4,18 @@
 #include <cstdint>
 #include <expected>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "config/options.hpp"
-#include "etcd/url.hpp"
-#include "redis/url.hpp"
+#include "lease/backend.hpp"
 #include "lease/run_record.hpp"
 #include "lease/timing.hpp"
 
 namespace fencerun::config {
-
-// The connection settings are the Redis layer's own types.
-using redis::HostPort;
-using redis::RedisEndpoint;
-using redis::TlsSettings;
 
 using std::chrono::milliseconds;
 
@@ -33,30 +28,20 @@ std::expected<void, std::string> validate_lock_name(std::string_view name);
 enum class LogFormat { text, json };
 enum class LogLevel { debug, info, warn, error };
 
-// Quorum mode: -r given this many times at most (3, 5 or 7: an odd number, so that any two majorities
-// share a server).
-inline constexpr std::size_t k_max_quorum_servers = 7;
-
-// etcd's minimum lease TTL with its default election timeout (a TTL below it is raised by the server).
-inline constexpr milliseconds k_etcd_min_ttl{2000};
-
 struct CommonConfig {
-  // etcd://... or etcds://...: the locks live on an etcd cluster (the Redis fields below are unused).
-  std::optional<etcd::EtcdEndpoint> etcd;
-  // What the locks live on, for messages: "etcd" or "Redis".
-  const char* server_kind() const { return etcd ? "etcd" : "Redis"; }
-  RedisEndpoint endpoint;    // in quorum mode the first server's
-  std::string redacted_url;  // in quorum mode every server's, separated by spaces
-  // Quorum mode (-r given 3, 5 or 7 times): every server in the order given, and its redacted URL.
-  // Empty with one server.
-  std::vector<RedisEndpoint> servers;
-  std::vector<std::string> server_urls;
-  milliseconds quorum_max_ttl{60'000};  // $FENCERUN_QUORUM_MAX_TTL (config/quorum_limits.hpp)
-  std::string url_source;  // what chose the server: "--redis", "$FENCERUN_REDIS_URL", "$REDIS_URL", "the default"
+  // Where the locks live, as its backend validated it (lease/backend.hpp; the registry picked the
+  // backend by the URL's scheme and the number of URLs).
+  std::shared_ptr<const lease::Target> target;
+  // What the locks live on, for messages: "Redis" or "etcd".
+  std::string_view server_kind() const { return target->server_kind(); }
+  // The URL without any password (a quorum's: every server's, separated by spaces).
+  const std::string& redacted_url() const { return target->redacted_url(); }
+  std::string url_source;  // what chose the server: "--redis", "$FENCERUN_SERVER", "$FENCERUN_REDIS_URL", "$REDIS_URL", "the default"
   milliseconds timeout{2000};
   std::string key_prefix = "fencerun:";
   LogLevel log_level = LogLevel::warn;
   LogFormat log_format = LogFormat::text;
+  lease::BackendSettings backend_settings() const { return {key_prefix, timeout}; }
 };
 
 struct RunConfig {
@@ -97,7 +82,7 @@ struct Config {
   long history_count = lease::k_max_keep_runs;  // run: Prometheus textfile written after the run
 };
 
-using GetEnv = std::function<std::optional<std::string>(const char*)>;
+using GetEnv = lease::GetEnv;
 // Signal name or number -> signal number, or nullopt. Provided by the supervisor layer.
 using ParseSignal = std::function<std::optional<int>(std::string_view)>;
 
@@ -110,23 +95,5 @@ Config make_config(const Options& options, const GetEnv& getenv, const ParseSign
 // --timeout, --key-prefix, logging), for every command that talks to Redis. Throws UsageError.
 // Pure: it does not look at the TLS files (see check_tls_files).
 CommonConfig make_common_config(const Options& options, const GetEnv& getenv);
-
-// The same server, as far as the URL can tell: host:port/db, the socket path and db, or a sentinel
-// group's master name, sentinels and db. Quorum mode refuses a list that names one server twice.
-std::string server_identity(const RedisEndpoint& endpoint);
-
-// The connection a run shares with the fencerun commands of its job (a nested `fence redis`, status,
-// run): a sealed memfd, not close-on-exec, holding the run's redacted URL, its passwords and TLS
-// settings (file paths made absolute). The command gets its number in $FENCERUN_CONNECTION_FD and
-// the URL in $FENCERUN_REDIS_URL; make_common_config() reads it when the URL comes from
-// $FENCERUN_REDIS_URL and is the one recorded. The password is in no environment, argument, log
-// or file. Returns the descriptor (the caller closes it once the command has started), or -1 in
-// quorum mode or when memfd_create fails (the job then gets no credentials).
-int share_connection(const CommonConfig& common);
-
-// Throws UsageError naming the option and the path when --tls-ca-file, --tls-cert or --tls-key names
-// something that cannot be opened for reading (missing, unreadable, a directory): a typo found before
-// connecting rather than reported as an unavailable server. Empty paths are not checked.
-void check_tls_files(const TlsSettings& tls);
 
 }  // namespace fencerun::config

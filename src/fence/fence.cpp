@@ -8,6 +8,7 @@
 
 #include "cli/parse.hpp"
 #include "config/config.hpp"
+#include "backends/redis/target.hpp"
 #include "fence/embedded_scripts.hpp"
 #include "fence/file_guard.hpp"
 #include "fence/redis_guard.hpp"
@@ -43,7 +44,12 @@ int main_redis(const config::Options& o, const GetEnv& getenv) {
   config::CommonConfig& common = config.common;
   log::init(to_log_level(common.log_level),
             common.log_format == config::LogFormat::json ? log::Format::json : log::Format::text);
-  if (common.endpoint.tls.insecure)
+  // The guard keeps its mark in one Redis server: the Redis backend's target names it.
+  const auto* redis_target = dynamic_cast<const redis::RedisUrlTarget*>(common.target.get());
+  if (!redis_target)
+    throw UsageError("fence redis: the guarded data lives in one Redis server; " + common.url_source + " names " +
+                     std::string(common.target->backend()) + " (" + common.redacted_url() + ")");
+  if (redis_target->tls_insecure())
     log::event(log::Level::warn, "tls_insecure", "TLS certificate verification is disabled (--tls-insecure)");
 
   std::optional<std::string> resource = a.resource;
@@ -54,7 +60,7 @@ int main_redis(const config::Options& o, const GetEnv& getenv) {
     throw UsageError("--resource: " + ok.error());
 
   RedisGuard guard;
-  guard.endpoint = std::move(common.endpoint);
+  guard.endpoint = redis_target->endpoint();
   guard.timeout = common.timeout;
   guard.fence_key = fence_key(common.key_prefix, *resource);
   guard.token = token;

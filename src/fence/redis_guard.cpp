@@ -5,7 +5,7 @@
 
 #include "fence/embedded_scripts.hpp"
 #include "fence/fence.hpp"
-#include "redis/client.hpp"
+#include "backends/redis/client.hpp"
 #include "util/exit_code.hpp"
 #include "util/clock.hpp"
 

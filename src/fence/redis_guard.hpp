@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "redis/url.hpp"
+#include "backends/redis/url.hpp"
 
 namespace fencerun::fence {
 

@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "lease/lease.hpp"
-#include "lease/lease_client.hpp"
+#include "lease/types.hpp"
 #include "lease/timing.hpp"
 #include "log/log.hpp"
 #include "util/fd.hpp"

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "lease/facts.hpp"
 #include "lease/run_record.hpp"
 #include "lease/timing.hpp"
 #include "util/clock.hpp"
@@ -84,8 +85,10 @@ class HeldLease {
   virtual long slot() const = 0;
   // The lease's end on this side as last known (the first one until renewals move it).
   virtual Deadline deadline() const = 0;
-  // What the job is told of its lease: (name, value) pairs, e.g. {"FENCERUN_TOKEN", "42"}.
-  virtual std::vector<std::pair<std::string, std::string>> facts() const = 0;
+  // What the job is told of its lease, as every backend knows it (facts.hpp writes the variables).
+  virtual JobFacts job_facts() const = 0;
+  // The job's environment: (name, value) pairs, e.g. {"FENCERUN_TOKEN", "42"} (job_environment()).
+  std::vector<std::pair<std::string, std::string>> facts() const { return job_environment(job_facts()); }
 
   // Starts renewing in the background; `on_renewed` gets each new deadline as soon as it is known
   // (from the renewal thread). Throws SystemError when it cannot start.

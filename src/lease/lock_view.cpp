@@ -1,8 +1,10 @@
 #include "lease/lock_view.hpp"
 
 #include <algorithm>
+#include <cstdio>
 
-#include "lease/quorum_lease.hpp"
+#include "lease/backend.hpp"
+
 #include "log/log.hpp"
 
 namespace fencerun::lease {
@@ -43,65 +45,6 @@ std::string list_json_fields(const std::string& name, const LockStatus& s) {
            holder_json(s.holders[i]) + "}";
   return out + "],\"waiters\":" + std::to_string(s.waiters) + ",\"last_token\":" + number_or_null(s.last_token) +
          runs_json(s);
-}
-
-QuorumView quorum_view(std::vector<redis::Result<LockStatus>> replies) {
-  QuorumView v;
-  v.servers = std::move(replies);
-  v.majority = majority_of(v.servers.size());
-  std::vector<std::string> owners;  // by answering server; "" when free
-  for (const auto& s : v.servers) {
-    if (!s) continue;
-    ++v.answered;
-    if (s->last_token) v.last_token = std::max(v.last_token.value_or(0), *s->last_token);
-    owners.push_back(s->holders.empty() ? std::string() : s->holders.front().holder.owner);
-    v.free_servers += s->holders.empty();
-  }
-  v.disagree = std::ranges::any_of(owners, [&](const std::string& o) { return o != owners.front(); });
-  std::vector<ServerRecords> runs, successes;
-  for (const auto& s : v.servers) {
-    if (!s) continue;
-    if (v.runs.now_us == 0) v.runs.now_us = s->now_us;
-    if (s->last_run) runs.push_back({{*s->last_run}, s->now_us});
-    if (s->last_success) successes.push_back({{*s->last_success}, s->now_us});
-  }
-  if (auto r = merge_records(runs, v.runs.now_us, 1); !r.empty()) v.runs.last_run = r.front();
-  if (auto r = merge_records(successes, v.runs.now_us, 1); !r.empty()) v.runs.last_success = r.front();
-  for (const auto& s : v.servers) {
-    if (!s || s->holders.empty()) continue;
-    const auto& h = s->holders.front();
-    const auto n = static_cast<std::size_t>(std::ranges::count(owners, h.holder.owner));
-    v.holder_servers = std::max(v.holder_servers, n);
-    if (n < v.majority) continue;
-    if (!v.holder || h.remaining < v.holder->remaining) v.holder = h;
-  }
-  return v;
-}
-
-std::string server_text(const redis::Result<LockStatus>& s) {
-  if (!s) return "unavailable: " + s.error().message;
-  std::string out;
-  if (s->holders.empty()) out = "free";
-  else
-    out = "held by " + who(s->holders.front().holder) + ", token " + token_text(s->holders.front().holder) +
-          ", ttl " + ttl_text(s->holders.front());
-  return out + ", counter " + (s->last_token ? std::to_string(*s->last_token) : std::string("none"));
-}
-
-std::string servers_json(const QuorumView& v, const std::vector<std::string>& urls) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < v.servers.size(); ++i) {
-    const auto& s = v.servers[i];
-    out += std::string(i ? "," : "") + "{\"url\":\"" + log::json_escape(urls[i]) + "\",\"available\":" +
-           (s ? "true" : "false");
-    if (!s) out += ",\"error\":\"" + log::json_escape(s.error().message) + "\"}";
-    else {
-      out += ",\"held\":" + std::string(s->holders.empty() ? "false" : "true");
-      if (!s->holders.empty()) out += "," + holder_json(s->holders.front());
-      out += ",\"counter\":" + number_or_null(s->last_token) + "}";
-    }
-  }
-  return out + "]";
 }
 
 std::string status_json(const std::string& lock, const LockStatus& s) {
@@ -174,6 +117,60 @@ std::string runs_list_text(const LockStatus& s) {
   const auto r = s.last_run ? parse_run_record(*s.last_run) : std::nullopt;
   if (!r) return {};
   return ", last run " + r->outcome + " " + age_text(r->end_us.value_or(r->start_us), s.now_us) + " ago";
+}
+
+}  // namespace fencerun::lease
+
+namespace fencerun::lease {
+
+Progress::Progress() : m_tty(::isatty(2) == 1), m_began(BootClock::now()) {}
+
+void Progress::finish() {
+  if (m_shown) std::fputs("\r\033[K", stderr);
+  m_shown = false;
+}
+
+void Progress::update(std::size_t keys, std::size_t locks) {
+  if (!m_tty || BootClock::now() - m_began < milliseconds(1000)) return;
+  std::fprintf(stderr, "\r\033[Kfencerun: %zu keys of locks found, %zu locks...", keys, locks);
+  m_shown = true;
+}
+
+std::string joined(const std::vector<std::string>& entries, bool json) {
+  std::string out = json ? "[" : "";
+  for (std::size_t i = 0; i < entries.size(); ++i) out += (json && i ? "," : "") + entries[i];
+  return json ? out + "]\n" : out;
+}
+
+void print(const std::string& s) {
+  std::fwrite(s.data(), 1, s.size(), stdout);
+  std::fflush(stdout);
+}
+
+}  // namespace fencerun::lease
+
+namespace fencerun::lease {
+
+void print_history(const std::string& lock, const std::vector<std::string>& records, std::uint64_t now_us, bool json) {
+  std::string out;
+  if (json) {
+    out = "[";
+    bool first = true;
+    for (const auto& text : records) {
+      auto r = parse_run_record(text);
+      if (!r) continue;
+      out += (first ? "" : ",") + run_record_json(*r);
+      first = false;
+    }
+    out += "]\n";
+  } else if (records.empty()) {
+    out = lock + ": no runs recorded\n";
+  } else {
+    for (const auto& text : records)
+      if (auto r = parse_run_record(text)) out += run_record_text(*r, now_us) + "\n";
+  }
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  std::fflush(stdout);
 }
 
 }  // namespace fencerun::lease

@@ -1,14 +1,13 @@
 #pragma once
-// What status and list both say about a lock, for every backend: a holder's fields, and in quorum
-// mode each server's view and the majority view over them. Pure functions.
+// What status and list both say about a lock, for every backend: a holder's fields, the lock's
+// lines, the record of runs. Pure functions, and the progress line and output of list.
 #include <cstddef>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "lease/lease_client.hpp"
+#include "lease/types.hpp"
 #include "lease/run_record.hpp"
-#include "redis/client.hpp"
 
 namespace fencerun::lease {
 
@@ -27,7 +26,7 @@ std::string ttl_text(const SlotHolder& s);
 std::string token_text(const Holder& h);
 // list's words for a holder: "WHO, token T, ttl Xms" ("ttl none" without expiry).
 std::string holder_text(const SlotHolder& s);
-// A listed lock's JSON members, without the closing brace (quorum mode adds its own).
+// A listed lock's JSON members, without the closing brace (a backend may add its own).
 std::string list_json_fields(const std::string& name, const LockStatus& s);
 
 // status's answer for one lock (JSON, one line; or text), and list's line for it: the same for every
@@ -35,28 +34,6 @@ std::string list_json_fields(const std::string& name, const LockStatus& s);
 std::string status_json(const std::string& lock, const LockStatus& s);
 std::string status_text(const std::string& lock, const LockStatus& s);
 std::string list_text(const std::string& name, const LockStatus& s);
-
-// Quorum mode: what each server says, and what a majority says. A server list that differs between
-// clients shows here as servers that disagree.
-struct QuorumView {
-  std::vector<redis::Result<LockStatus>> servers;
-  std::size_t majority = 0;
-  std::size_t answered = 0;
-  std::optional<SlotHolder> holder;  // the owner on a majority, with the shortest ttl among them
-  std::size_t holder_servers = 0;           // the most servers one owner holds the lock on
-  std::size_t free_servers = 0;
-  std::optional<std::uint64_t> last_token;  // the greatest counter
-  bool disagree = false;                    // the servers that answered do not all name the same owner (or none)
-  // The record of runs merged over the servers (merge_records): last_run, last_success and now_us
-  // (the first answering server's time, which the records' times are moved onto).
-  LockStatus runs;
-};
-QuorumView quorum_view(std::vector<redis::Result<LockStatus>> replies);
-
-// One server's view: "held by WHO, token T, ttl X, counter C", "free, counter C" or "unavailable: why".
-std::string server_text(const redis::Result<LockStatus>& s);
-// The "servers" JSON array: {url, available, error} or {url, available, held, holder fields, counter}.
-std::string servers_json(const QuorumView& v, const std::vector<std::string>& urls);
 
 }  // namespace fencerun::lease
 
@@ -69,5 +46,30 @@ std::string runs_status_text(const LockStatus& s);
 std::string runs_json(const LockStatus& s);
 // list: ", last run OUTCOME AGE ago" (the run's end, or its start when it has none), or nothing.
 std::string runs_list_text(const LockStatus& s);
+
+}  // namespace fencerun::lease
+
+namespace fencerun::lease {
+
+// On a terminal, a long walk says how far it got (stderr, one line rewritten in place).
+class Progress {
+ public:
+  Progress();
+  ~Progress() { finish(); }
+  // Erases the line (before the listing is printed, which may share the terminal).
+  void finish();
+  void update(std::size_t keys, std::size_t locks);
+
+ private:
+  bool m_tty;
+  Deadline m_began;
+  bool m_shown = false;
+};
+
+// The listing: one JSON array of `entries`, or their lines.
+std::string joined(const std::vector<std::string>& entries, bool json);
+
+// Writes `s` to stdout and flushes it.
+void print(const std::string& s);
 
 }  // namespace fencerun::lease

@@ -9,8 +9,8 @@
 #include <string_view>
 #include <vector>
 
-#include "redis/url.hpp"
-#include "redis/client.hpp"
+#include "backends/redis/url.hpp"
+#include "backends/redis/client.hpp"
 #include "support/redis_server.hpp"
 #include "support/tcp_proxy.hpp"
 

@@ -1,6 +1,7 @@
 // The pure parts of the fence guards: token parsing, argument parsing, the file guard's side record.
 #include <gtest/gtest.h>
 
+#include "support/targets.hpp"
 #include "config/config.hpp"
 #include "fence/fence.hpp"
 #include "fence/file_guard.hpp"
@@ -89,15 +90,15 @@ TEST(FenceArgs, RedisTakesTheConnectionOptionsOfRun) {
     return std::nullopt;
   };
   config::CommonConfig c = config::make_common_config(a.connection, env);
-  EXPECT_EQ(c.endpoint.tls.ca_file, "/ca.pem");
-  EXPECT_EQ(c.endpoint.tls.cert_file, "/c.pem");
-  EXPECT_EQ(c.endpoint.tls.key_file, "/k.pem");
-  EXPECT_EQ(c.endpoint.tls.server_name, "redis.internal");
-  EXPECT_TRUE(c.endpoint.tls.insecure);
-  EXPECT_TRUE(c.endpoint.sentinel_tls);
-  EXPECT_EQ(c.endpoint.sentinel_password, "sentinel-secret");
-  EXPECT_EQ(c.endpoint.password, "redis-secret");
-  EXPECT_EQ(c.redacted_url.find("secret"), std::string::npos);
+  EXPECT_EQ(fencerun::test::redis_endpoint(c).tls.ca_file, "/ca.pem");
+  EXPECT_EQ(fencerun::test::redis_endpoint(c).tls.cert_file, "/c.pem");
+  EXPECT_EQ(fencerun::test::redis_endpoint(c).tls.key_file, "/k.pem");
+  EXPECT_EQ(fencerun::test::redis_endpoint(c).tls.server_name, "redis.internal");
+  EXPECT_TRUE(fencerun::test::redis_endpoint(c).tls.insecure);
+  EXPECT_TRUE(fencerun::test::redis_endpoint(c).sentinel_tls);
+  EXPECT_EQ(fencerun::test::redis_endpoint(c).sentinel_password, "sentinel-secret");
+  EXPECT_EQ(fencerun::test::redis_endpoint(c).password, "redis-secret");
+  EXPECT_EQ(c.redacted_url().find("secret"), std::string::npos);
   EXPECT_EQ(c.log_format, config::LogFormat::json);
   EXPECT_EQ(c.log_level, config::LogLevel::info);
 

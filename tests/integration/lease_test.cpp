@@ -9,8 +9,8 @@
 #include <chrono>
 #include <thread>
 
-#include "redis/url.hpp"
-#include "lease/redis_lease.hpp"
+#include "backends/redis/url.hpp"
+#include "backends/redis/redis_lease.hpp"
 #include "support/redis_server.hpp"
 #include "support/util.hpp"
 

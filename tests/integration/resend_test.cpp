@@ -15,8 +15,8 @@
 #include <thread>
 #include <vector>
 
-#include "redis/client.hpp"
-#include "redis/url.hpp"
+#include "backends/redis/client.hpp"
+#include "backends/redis/url.hpp"
 #include "support/util.hpp"
 
 namespace fencerun::test {

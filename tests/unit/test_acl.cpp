@@ -8,7 +8,7 @@
 #include <string>
 
 #include "app/app.hpp"
-#include "lease/lease_client.hpp"
+#include "backends/redis/lease_client.hpp"
 
 using fencerun::app::acl_rule;
 namespace fs = std::filesystem;
@@ -26,7 +26,7 @@ std::set<std::string> words(const std::string& text) {
 std::set<std::string> script_commands() {
   std::set<std::string> out;
   std::regex call(R"(redis\.p?call\(\s*['"]([A-Za-z]+)['"])");
-  for (const auto& entry : fs::directory_iterator(fs::path(FENCERUN_SOURCE_DIR) / "src" / "lease" / "scripts")) {
+  for (const auto& entry : fs::directory_iterator(fs::path(FENCERUN_SOURCE_DIR) / "src" / "backends" / "redis" / "scripts")) {
     if (entry.path().extension() != ".lua") continue;
     std::ifstream in(entry.path());
     std::stringstream text;

@@ -5,8 +5,8 @@
 #include <variant>
 #include <vector>
 
-#include "lease/lease_client.hpp"
-#include "redis/reply.hpp"
+#include "backends/redis/lease_client.hpp"
+#include "backends/redis/reply.hpp"
 
 using fencerun::BootClock;
 using fencerun::lease::Acquired;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "support/targets.hpp"
 #include "cli/parse.hpp"
 #include "config/config.hpp"
 #include "fence/fence.hpp"
@@ -600,9 +601,9 @@ std::optional<int> no_signal(std::string_view) { return std::nullopt; }
 TEST(cli_fence, redis_reads_the_sentinel_password_from_the_environment) {
   Options o = parse({"fence", "redis", "-r", "redis+sentinel://s1:26379,s2:26379/mymaster", "--", "PING"});
   auto c = fencerun::config::make_config(o, sentinel_env, no_signal);
-  EXPECT_EQ(c.common.endpoint.sentinel_password, "sentinel-secret");
-  EXPECT_EQ(c.common.endpoint.password, std::nullopt);
-  EXPECT_EQ(c.common.redacted_url.find("secret"), std::string::npos);
+  EXPECT_EQ(fencerun::test::redis_endpoint(c.common).sentinel_password, "sentinel-secret");
+  EXPECT_EQ(fencerun::test::redis_endpoint(c.common).password, std::nullopt);
+  EXPECT_EQ(c.common.redacted_url().find("secret"), std::string::npos);
 }
 
 TEST(cli_fence, redis_checks_the_tls_files_like_run) {

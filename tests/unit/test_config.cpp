@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "support/targets.hpp"
 #include "config/config.hpp"
 #include "util/error.hpp"
 
@@ -95,12 +96,12 @@ std::string usage_error(const Options& o, const Env& env = {}) {
 TEST(make_config, applies_the_defaults) {
   Config c = configure(run_options({"backup", "--all"}));
   EXPECT_EQ(c.subcommand, Subcommand::run);
-  EXPECT_EQ(c.common.endpoint.transport, Transport::tcp);
-  EXPECT_EQ(c.common.endpoint.host, "127.0.0.1");
-  EXPECT_EQ(c.common.endpoint.port, 6379);
-  EXPECT_EQ(c.common.endpoint.db, 0);
-  EXPECT_EQ(c.common.endpoint.password, std::nullopt);
-  EXPECT_EQ(c.common.redacted_url, "redis://127.0.0.1:6379");
+  EXPECT_EQ(fencerun::test::redis_endpoint(c.common).transport, Transport::tcp);
+  EXPECT_EQ(fencerun::test::redis_endpoint(c.common).host, "127.0.0.1");
+  EXPECT_EQ(fencerun::test::redis_endpoint(c.common).port, 6379);
+  EXPECT_EQ(fencerun::test::redis_endpoint(c.common).db, 0);
+  EXPECT_EQ(fencerun::test::redis_endpoint(c.common).password, std::nullopt);
+  EXPECT_EQ(c.common.redacted_url(), "redis://127.0.0.1:6379");
   EXPECT_EQ(c.common.timeout, milliseconds(2'000));
   EXPECT_EQ(c.common.key_prefix, "fencerun:");
   EXPECT_EQ(c.common.log_level, LogLevel::warn);
@@ -122,15 +123,15 @@ TEST(make_config, prefers_the_redis_option_to_the_environment) {
   Options o = run_options();
   o.redis_urls = {"redis://option.example:7001"};
   Config c = configure(o, {{"FENCERUN_REDIS_URL", "redis://fencerun.example"}, {"REDIS_URL", "redis://plain.example"}});
-  EXPECT_EQ(c.common.endpoint.host, "option.example");
-  EXPECT_EQ(c.common.endpoint.port, 7001);
+  EXPECT_EQ(fencerun::test::redis_endpoint(c.common).host, "option.example");
+  EXPECT_EQ(fencerun::test::redis_endpoint(c.common).port, 7001);
 }
 
 TEST(make_config, prefers_fencerun_redis_url_to_redis_url) {
   Config c = configure(run_options(),
                        {{"FENCERUN_REDIS_URL", "redis://fencerun.example/2"}, {"REDIS_URL", "redis://plain.example"}});
-  EXPECT_EQ(c.common.endpoint.host, "fencerun.example");
-  EXPECT_EQ(c.common.endpoint.db, 2);
+  EXPECT_EQ(fencerun::test::redis_endpoint(c.common).host, "fencerun.example");
+  EXPECT_EQ(fencerun::test::redis_endpoint(c.common).db, 2);
 }
 
 TEST(make_config, refuses_the_server_list_a_quorum_mode_run_gives_its_command) {
@@ -140,34 +141,48 @@ TEST(make_config, refuses_the_server_list_a_quorum_mode_run_gives_its_command) {
             "-r URL");
   Options o = run_options();
   o.redis_urls = {"redis://resource:6379"};
-  EXPECT_EQ(configure(o, env).common.endpoint.host, "resource");
+  EXPECT_EQ(fencerun::test::redis_endpoint(configure(o, env).common).host, "resource");
 }
 
 TEST(make_config, falls_back_to_redis_url) {
   Config c = configure(run_options(), {{"REDIS_URL", "unix:///run/redis.sock?db=3"}});
-  EXPECT_EQ(c.common.endpoint.transport, Transport::unix_socket);
-  EXPECT_EQ(c.common.endpoint.path, "/run/redis.sock");
-  EXPECT_EQ(c.common.endpoint.db, 3);
-  EXPECT_EQ(c.common.redacted_url, "unix:///run/redis.sock?db=3");
+  EXPECT_EQ(fencerun::test::redis_endpoint(c.common).transport, Transport::unix_socket);
+  EXPECT_EQ(fencerun::test::redis_endpoint(c.common).path, "/run/redis.sock");
+  EXPECT_EQ(fencerun::test::redis_endpoint(c.common).db, 3);
+  EXPECT_EQ(c.common.redacted_url(), "unix:///run/redis.sock?db=3");
 }
 
 TEST(make_config, skips_empty_url_variables) {
   Config c = configure(run_options(), {{"FENCERUN_REDIS_URL", ""}, {"REDIS_URL", "redis://plain.example"}});
-  EXPECT_EQ(c.common.endpoint.host, "plain.example");
+  EXPECT_EQ(fencerun::test::redis_endpoint(c.common).host, "plain.example");
   Config d = configure(run_options(), {{"FENCERUN_REDIS_URL", ""}, {"REDIS_URL", ""}});
-  EXPECT_EQ(d.common.redacted_url, "redis://127.0.0.1:6379");
+  EXPECT_EQ(d.common.redacted_url(), "redis://127.0.0.1:6379");
 }
 
 TEST(make_config, rejects_a_bad_url_naming_the_redis_option) {
   Options o = run_options();
   o.redis_urls = {"http://example:80"};
+  // Every backend's schemes are listed (the registry's table), and nothing of the URL past its scheme.
   EXPECT_EQ(usage_error(o),
-            "--redis: unsupported URL scheme 'http' (expected redis://, rediss://, unix:// or redis+sentinel://)");
+            "--redis: unknown URL scheme 'http://'; fencerun takes redis://, rediss://, unix://, redis+sentinel://, "
+            "rediss+sentinel://, etcd://, etcds://");
   // A URL from the environment is blamed on its variable, not on -r.
   EXPECT_EQ(usage_error(run_options(), {{"REDIS_URL", "redis://host:http"}}),
             "$REDIS_URL: the port is not a number from 1 to 65535");
-  EXPECT_EQ(usage_error(run_options(), {{"FENCERUN_REDIS_URL", "bogus"}}).rfind("$FENCERUN_REDIS_URL: not a Redis URL", 0),
+  EXPECT_EQ(usage_error(run_options(), {{"FENCERUN_REDIS_URL", "bogus"}}).rfind("$FENCERUN_REDIS_URL: not a URL", 0),
             0u);
+  // $FENCERUN_SERVER, the neutral spelling, comes first.
+  EXPECT_EQ(fencerun::test::redis_endpoint(
+                configure(run_options(), {{"FENCERUN_SERVER", "redis://neutral:7"}, {"FENCERUN_REDIS_URL", "redis://old:8"}})
+                    .common)
+                .host,
+            "neutral");
+  // Near misses of a scheme are named, for etcd as for Redis.
+  for (const char* url : {"etc://h:2379", "etcd:/h:2379", "etcds//h:2379"}) {
+    o.redis_urls = {url};
+    EXPECT_NE(usage_error(o).find("etcd://, etcds://"), std::string::npos) << url;
+    EXPECT_NE(usage_error(o).find("did you mean etcd"), std::string::npos) << url << ": " << usage_error(o);
+  }
   // A password with an unencoded '@' or ':' says how to write it.
   o.redis_urls = {"redis://u:p@ss:w/rd@host"};
   EXPECT_NE(usage_error(o).find("must be percent-encoded as %40, %3A, %2F, or given in $FENCERUN_REDIS_PASSWORD"),
@@ -180,7 +195,7 @@ TEST(make_config, says_that_a_user_has_no_password) {
   o.redis_urls = {"redis://bob@host"};
   EXPECT_EQ(usage_error(o), "--redis: no password for user 'bob': give it in the URL (redis://bob:PASSWORD@...) or in "
                             "$FENCERUN_REDIS_PASSWORD");
-  EXPECT_EQ(configure(o, {{"FENCERUN_REDIS_PASSWORD", "pw"}}).common.endpoint.password, "pw");
+  EXPECT_EQ(fencerun::test::redis_endpoint(configure(o, {{"FENCERUN_REDIS_PASSWORD", "pw"}}).common).password, "pw");
 }
 
 TEST(make_config, refuses_tls_options_on_a_plain_connection) {
@@ -201,42 +216,42 @@ TEST(make_config, prefers_the_password_in_the_url) {
   Options o = run_options();
   o.redis_urls = {"redis://alice:from-url@host"};
   Config c = configure(o, {{"FENCERUN_REDIS_PASSWORD", "from-fencerun"}, {"REDISCLI_AUTH", "from-cli"}});
-  EXPECT_EQ(c.common.endpoint.user, "alice");
-  EXPECT_EQ(c.common.endpoint.password, "from-url");
+  EXPECT_EQ(fencerun::test::redis_endpoint(c.common).user, "alice");
+  EXPECT_EQ(fencerun::test::redis_endpoint(c.common).password, "from-url");
 }
 
 TEST(make_config, prefers_fencerun_redis_password_to_rediscli_auth) {
   Config c = configure(run_options(), {{"FENCERUN_REDIS_PASSWORD", "from-fencerun"}, {"REDISCLI_AUTH", "from-cli"}});
-  EXPECT_EQ(c.common.endpoint.password, "from-fencerun");
+  EXPECT_EQ(fencerun::test::redis_endpoint(c.common).password, "from-fencerun");
 }
 
 TEST(make_config, falls_back_to_rediscli_auth) {
   Config c = configure(run_options(), {{"REDISCLI_AUTH", "from-cli"}});
-  EXPECT_EQ(c.common.endpoint.password, "from-cli");
+  EXPECT_EQ(fencerun::test::redis_endpoint(c.common).password, "from-cli");
   Config d = configure(run_options(), {{"FENCERUN_REDIS_PASSWORD", ""}, {"REDISCLI_AUTH", "from-cli"}});
-  EXPECT_EQ(d.common.endpoint.password, "from-cli");
+  EXPECT_EQ(fencerun::test::redis_endpoint(d.common).password, "from-cli");
 }
 
 TEST(make_config, applies_an_environment_password_to_a_url_from_the_environment) {
   Config c = configure(run_options(),
                        {{"REDIS_URL", "redis://bob@db.example:6380"}, {"FENCERUN_REDIS_PASSWORD", "hunter2"}});
-  EXPECT_EQ(c.common.endpoint.user, "bob");
-  EXPECT_EQ(c.common.endpoint.password, "hunter2");
+  EXPECT_EQ(fencerun::test::redis_endpoint(c.common).user, "bob");
+  EXPECT_EQ(fencerun::test::redis_endpoint(c.common).password, "hunter2");
 }
 
 TEST(make_config, leaves_the_password_unset_without_one) {
   Config c = configure(run_options(), {{"FENCERUN_REDIS_PASSWORD", ""}, {"REDISCLI_AUTH", ""}});
-  EXPECT_EQ(c.common.endpoint.password, std::nullopt);
+  EXPECT_EQ(fencerun::test::redis_endpoint(c.common).password, std::nullopt);
 }
 
 TEST(make_config, keeps_every_password_out_of_the_redacted_url) {
   Options o = run_options();
   o.redis_urls = {"redis://alice:hunter2@host:6380/1"};
-  EXPECT_EQ(configure(o).common.redacted_url, "redis://alice@host:6380/1");
+  EXPECT_EQ(configure(o).common.redacted_url(), "redis://alice@host:6380/1");
   Config c = configure(run_options(), {{"FENCERUN_REDIS_PASSWORD", "hunter3"}});
-  EXPECT_EQ(c.common.redacted_url, "redis://127.0.0.1:6379");
+  EXPECT_EQ(c.common.redacted_url(), "redis://127.0.0.1:6379");
   Config d = configure(run_options(), {{"REDISCLI_AUTH", "hunter4"}});
-  EXPECT_EQ(d.common.redacted_url, "redis://127.0.0.1:6379");
+  EXPECT_EQ(d.common.redacted_url(), "redis://127.0.0.1:6379");
 }
 
 // The command.
@@ -540,15 +555,15 @@ TEST(make_config, reads_the_sentinel_password_from_the_environment) {
   Options o = run_options();
   o.redis_urls = {"redis+sentinel://s1:26379/main"};
   Config c = configure(o, {{"FENCERUN_SENTINEL_PASSWORD", "sentinel-secret"}, {"REDISCLI_AUTH", "master-secret"}});
-  EXPECT_EQ(c.common.endpoint.sentinel_password, "sentinel-secret");
-  EXPECT_EQ(c.common.endpoint.password, "master-secret");
-  EXPECT_EQ(c.common.redacted_url, "redis+sentinel://s1:26379/main");
+  EXPECT_EQ(fencerun::test::redis_endpoint(c.common).sentinel_password, "sentinel-secret");
+  EXPECT_EQ(fencerun::test::redis_endpoint(c.common).password, "master-secret");
+  EXPECT_EQ(c.common.redacted_url(), "redis+sentinel://s1:26379/main");
 }
 
 TEST(make_config, ignores_the_sentinel_password_without_sentinels) {
   Config c = configure(run_options(), {{"FENCERUN_SENTINEL_PASSWORD", "sentinel-secret"}});
-  EXPECT_EQ(c.common.endpoint.sentinel_password, std::nullopt);
-  EXPECT_EQ(c.common.endpoint.password, std::nullopt);
+  EXPECT_EQ(fencerun::test::redis_endpoint(c.common).sentinel_password, std::nullopt);
+  EXPECT_EQ(fencerun::test::redis_endpoint(c.common).password, std::nullopt);
 }
 
 TEST(make_config, passes_the_tls_options_on) {
@@ -561,18 +576,18 @@ TEST(make_config, passes_the_tls_options_on) {
   o.tls_server_name = "redis.internal";
   o.tls_insecure = true;
   Config c = configure(o);
-  EXPECT_EQ(c.common.endpoint.transport, Transport::tls);
-  EXPECT_EQ(c.common.endpoint.tls.ca_file, dir.path("ca.pem"));
-  EXPECT_EQ(c.common.endpoint.tls.cert_file, dir.path("client.pem"));
-  EXPECT_EQ(c.common.endpoint.tls.key_file, dir.path("client.key"));
-  EXPECT_EQ(c.common.endpoint.tls.server_name, "redis.internal");
-  EXPECT_TRUE(c.common.endpoint.tls.insecure);
+  EXPECT_EQ(fencerun::test::redis_endpoint(c.common).transport, Transport::tls);
+  EXPECT_EQ(fencerun::test::redis_endpoint(c.common).tls.ca_file, dir.path("ca.pem"));
+  EXPECT_EQ(fencerun::test::redis_endpoint(c.common).tls.cert_file, dir.path("client.pem"));
+  EXPECT_EQ(fencerun::test::redis_endpoint(c.common).tls.key_file, dir.path("client.key"));
+  EXPECT_EQ(fencerun::test::redis_endpoint(c.common).tls.server_name, "redis.internal");
+  EXPECT_TRUE(fencerun::test::redis_endpoint(c.common).tls.insecure);
 }
 
 TEST(make_config, verifies_tls_by_default) {
   Options o = run_options();
   o.redis_urls = {"rediss://secure.example"};
-  EXPECT_FALSE(configure(o).common.endpoint.tls.insecure);
+  EXPECT_FALSE(fencerun::test::redis_endpoint(configure(o).common).tls.insecure);
 }
 
 TEST(make_config, rejects_a_tls_key_without_a_certificate) {
@@ -595,7 +610,7 @@ TEST(make_config, rejects_a_missing_tls_file_naming_the_option_and_the_path) {
   o.tls_key = dir.path("missing-client.key");
   EXPECT_EQ(usage_error(o), "--tls-key: cannot read '" + dir.path("missing-client.key") + "': No such file or directory");
   o.tls_key = dir.file("client.key");
-  EXPECT_EQ(configure(o).common.endpoint.tls.key_file, dir.path("client.key"));
+  EXPECT_EQ(fencerun::test::redis_endpoint(configure(o).common).tls.key_file, dir.path("client.key"));
 }
 
 TEST(make_config, rejects_a_tls_file_in_a_missing_directory) {
@@ -731,8 +746,13 @@ TEST(make_config, reads_list_break_and_bump) {
   Options u;
   u.subcommand = Subcommand::bump;
   u.lock_name = "nightly";
+  u.bump_above = "9007199254740990";  // the largest N some token (2^53 - 1) can still exceed
+  EXPECT_EQ(configure(u).bump_above, 9'007'199'254'740'990u);
+  // One more would leave the lock no token to issue: every later run would fail.
   u.bump_above = "9007199254740991";
-  EXPECT_EQ(configure(u).bump_above, 9'007'199'254'740'991u);
+  EXPECT_EQ(usage_error(u),
+            "--above: 9007199254740991 leaves no token to issue: tokens stay below 2^53, so the next one can exceed "
+            "at most 9007199254740990");
 }
 
 TEST(make_config, rejects_bad_break_and_bump_input) {
@@ -772,21 +792,21 @@ TEST(shared_connection, gives_a_nested_command_the_runs_password_and_tls_setting
   outer.tls_ca_file = dir.file("ca.pem");
   outer.tls_server_name = "redis.internal";
   Config run = configure(outer);
-  const int fd = fencerun::config::share_connection(run.common);
+  const int fd = run.common.target->share_connection();
   ASSERT_GE(fd, 3);
   // Sealed: nobody in the job can change it.
   EXPECT_LT(::write(fd, "x", 1), 0);
 
-  Env job = {{"FENCERUN_REDIS_URL", run.common.redacted_url}, {"FENCERUN_CONNECTION_FD", std::to_string(fd)}};
+  Env job = {{"FENCERUN_REDIS_URL", run.common.redacted_url()}, {"FENCERUN_CONNECTION_FD", std::to_string(fd)}};
   Options inner = run_options();
   inner.subcommand = Subcommand::fence;
   Config nested = configure(inner, job);
-  EXPECT_EQ(nested.common.endpoint.password, "s3cr%t\nline");
-  EXPECT_EQ(nested.common.endpoint.user, "alice");
-  EXPECT_EQ(nested.common.endpoint.db, 2);
-  EXPECT_EQ(nested.common.endpoint.tls.ca_file, dir.path("ca.pem"));
-  EXPECT_EQ(nested.common.endpoint.tls.server_name, "redis.internal");
-  EXPECT_EQ(nested.common.redacted_url.find("s3cr"), std::string::npos);
+  EXPECT_EQ(fencerun::test::redis_endpoint(nested.common).password, "s3cr%t\nline");
+  EXPECT_EQ(fencerun::test::redis_endpoint(nested.common).user, "alice");
+  EXPECT_EQ(fencerun::test::redis_endpoint(nested.common).db, 2);
+  EXPECT_EQ(fencerun::test::redis_endpoint(nested.common).tls.ca_file, dir.path("ca.pem"));
+  EXPECT_EQ(fencerun::test::redis_endpoint(nested.common).tls.server_name, "redis.internal");
+  EXPECT_EQ(nested.common.redacted_url().find("s3cr"), std::string::npos);
 
   // Not for another URL, nor for -r: those are the command's own choice.
   Env other = job;
@@ -806,5 +826,5 @@ TEST(shared_connection, gives_a_nested_command_the_runs_password_and_tls_setting
 TEST(shared_connection, is_not_made_in_quorum_mode) {
   Options o = run_options();
   o.redis_urls = {"redis://a:1", "redis://b:2", "redis://c:3"};
-  EXPECT_EQ(fencerun::config::share_connection(configure(o).common), -1);
+  EXPECT_EQ(configure(o).common.target->share_connection(), -1);
 }

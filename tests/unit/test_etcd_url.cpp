@@ -4,10 +4,11 @@
 #include <map>
 #include <string>
 
+#include "support/targets.hpp"
 #include "config/config.hpp"
-#include "etcd/client.hpp"
-#include "etcd/url.hpp"
-#include "lease/etcd_lease.hpp"
+#include "backends/etcd/client.hpp"
+#include "backends/etcd/url.hpp"
+#include "backends/etcd/etcd_lease.hpp"
 #include "util/error.hpp"
 
 using fencerun::etcd::parse_etcd_url;
@@ -110,10 +111,11 @@ Options etcd_run(std::string url = "etcd://127.0.0.1:2379,127.0.0.1:2479") {
 
 TEST(etcd_config, a_run_on_etcd_keeps_the_cluster_and_its_password_from_the_environment) {
   auto c = configure(etcd_run("etcd://fencerun@127.0.0.1:2379"), {{"FENCERUN_ETCD_PASSWORD", "pw"}});
-  ASSERT_TRUE(c.common.etcd);
-  EXPECT_EQ(c.common.etcd->password, "pw");
-  EXPECT_EQ(c.common.redacted_url, "etcd://fencerun@127.0.0.1:2379");
-  EXPECT_STREQ(c.common.server_kind(), "etcd");
+  const auto* endpoint = fencerun::test::etcd_endpoint(c.common);
+  ASSERT_NE(endpoint, nullptr);
+  EXPECT_EQ(endpoint->password.value_or(""), "pw");
+  EXPECT_EQ(c.common.redacted_url(), "etcd://fencerun@127.0.0.1:2379");
+  EXPECT_EQ(c.common.server_kind(), "etcd");
   EXPECT_NE(usage_error(etcd_run("etcd://fencerun@127.0.0.1:2379")).find("FENCERUN_ETCD_PASSWORD"),
             std::string::npos);
 }
@@ -131,12 +133,12 @@ TEST(etcd_config, refuses_what_etcd_cannot_honour) {
   EXPECT_NE(usage_error(o).find("--limit"), std::string::npos);
   o = etcd_run();
   o.min_replicas = 1;
-  EXPECT_NE(usage_error(o).find("not needed on etcd"), std::string::npos);
+  EXPECT_NE(usage_error(o).find("not supported on etcd (an etcd cluster): not needed"), std::string::npos);
   o = etcd_run();
   o.subcommand = fencerun::config::Subcommand::bump;
   o.command.clear();
   o.bump_above = "5";
-  EXPECT_NE(usage_error(o).find("not needed on etcd"), std::string::npos);
+  EXPECT_NE(usage_error(o).find("not supported on etcd (an etcd cluster): not needed"), std::string::npos);
   o = etcd_run();
   o.min_interval = "1h";  // the record of runs is kept on etcd too
   EXPECT_EQ(usage_error(o), "<no error>");

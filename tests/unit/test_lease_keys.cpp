@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-#include "lease/lease_client.hpp"
+#include "backends/redis/lease_client.hpp"
 
 using fencerun::lease::Holder;
 using fencerun::lease::keys_for;

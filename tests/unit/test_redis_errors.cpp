@@ -10,8 +10,8 @@
 #include <chrono>
 #include <string>
 
-#include "redis/url.hpp"
-#include "redis/client.hpp"
+#include "backends/redis/url.hpp"
+#include "backends/redis/client.hpp"
 
 namespace fencerun::redis {
 namespace {

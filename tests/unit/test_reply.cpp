@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "redis/reply.hpp"
+#include "backends/redis/reply.hpp"
 
 using fencerun::redis::Reply;
 using fencerun::redis::to_display;

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "redis/url.hpp"
+#include "backends/redis/url.hpp"
 
 using fencerun::redis::parse_redis_url;
 using fencerun::redis::redacted_url;

@@ -1,0 +1,95 @@
+#pragma once
+// The seam's plain types: what a lease and the admin commands know of a lock on any backend (its
+// holders, a run's acquisition, how a renewal went), and the renewal the keeper (keeper.hpp) drives.
+// Owned by no backend: each fills them from its own keys.
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lease/error.hpp"
+#include "util/clock.hpp"
+
+namespace fencerun::lease {
+
+// The lock value every backend stores for a holder: "<owner> <token> <pid> <host>".
+struct Holder {
+  std::string owner;
+  std::optional<std::uint64_t> token;
+  std::optional<long> pid;
+  std::string host;
+};
+// Parses a lock value; fields that are missing or malformed (a value set by something else) stay empty.
+Holder parse_holder(std::string_view value);
+
+// What one successful acquisition took.
+struct Acquired {
+  std::uint64_t token = 0;
+  int slot = 0;            // the slot held (always 0 for the plain lock)
+  std::string value;       // the exact lock value, for renew and release
+  Deadline sent{};         // read just before the successful request was written
+  std::optional<long long> replicas_acked;  // WAIT's answer, when replicas were asked for
+  // The server's clock was behind the counter it issued from (the token is counter + 1): had the
+  // counter been lost, its clock would have issued a token below the last one. `server_clock_gap` is
+  // how far behind it was; zero when it was not.
+  bool server_clock_behind = false;
+  std::chrono::microseconds server_clock_gap{0};
+  std::string started_us;  // the run's start, server time (empty when the script keeps no record)
+};
+
+// The lock is busy: what a waiter needs to know.
+struct Busy {
+  std::optional<std::chrono::milliseconds> remaining;  // nullopt: no expiry, or free but not our turn
+  Holder holder;  // known when not queued
+  // Fair waiting, lock free but another waiter's turn: how long that turn lasts.
+  std::optional<std::chrono::milliseconds> turn_expires;
+  std::optional<long> place;  // place in the queue, 0 first; nullopt when not queued
+  long queue_length = 0;      // known when queued
+};
+
+// --min-interval: the last success (its record) started too recently; nothing is held.
+struct Skipped {
+  std::string last_success;
+  std::uint64_t now_us = 0;  // server time
+};
+
+// How a renewal went: renewed, the key was gone, or another owner holds it.
+enum class RenewOutcome { renewed, gone, stolen };
+
+struct SlotHolder {
+  long slot = 0;
+  Holder holder;
+  std::optional<std::chrono::milliseconds> remaining;  // nullopt: no expiry
+};
+
+// What a lock's keys say: its holders (a plain lock or the slots of a counting one), waiters, last
+// token and the record of runs.
+struct LockStatus {
+  long limit = 1;                  // N of a counting lock while a slot is held, else 1
+  std::vector<SlotHolder> holders;  // by slot; the plain lock's holder is slot 0
+  long waiters = 0;                // in the wait queue
+  std::optional<std::uint64_t> last_token;
+  std::optional<std::string> last_run;      // the newest record of a run (run_record.hpp)
+  std::optional<std::string> last_success;  // the last successful run's record
+  std::uint64_t now_us = 0;                 // the server's time
+};
+
+// bump: NAME's token counter before (nullopt when it did not exist) and after.
+struct Bumped {
+  std::optional<std::uint64_t> before;
+  std::uint64_t after = 0;
+};
+
+// What the keeper (keeper.hpp) needs of a lease: its renewal.
+class Renewer {
+ public:
+  virtual ~Renewer() = default;
+  // Owner-checked renewal of what the last successful acquisition took (`value` is its lock value);
+  // `sent` receives the time the successful request was written (of a quorum: the round's earliest).
+  virtual Result<RenewOutcome> renew(std::string_view value, std::chrono::milliseconds ttl,
+                                            Deadline deadline, Deadline& sent) = 0;
+};
+
+}  // namespace fencerun::lease
