@@ -112,8 +112,9 @@ python3 "$repo/bench/handover.py" latency --fencerun "$fencerun" --redis-port "$
   --samples "$samples" --hold-ms 50 >"$work/latency.json"
 load_after="$(uptime)"
 
-section="$(python3 - "$work" "$load_before" "$load_after" "$runs" "$warmup" "$samples" "$data_note" <<'PY'
+section="$(bench_python - "$work" "$load_before" "$load_after" "$runs" "$warmup" "$samples" "$data_note" <<'PY'
 import json, sys
+from lib import hyperfine_results, hyperfine_rows
 work, before, after, runs, warmup, samples, note = sys.argv[1:]
 out = ["<!-- etcd:begin -->", "## 11. etcd: cost per run and hand-over", "",
        "`bench/etcd.sh`: `NAME -- true` under flock(1), fencerun on one Redis server, fencerun on a 3-member",
@@ -122,12 +123,10 @@ out = ["<!-- etcd:begin -->", "## 11. etcd: cost per run and hand-over", "",
        f"latency with `bench/handover.py latency` ({samples} hand-overs per cell, 50 ms holds). etcd's data: {note}.", "",
        f"Load before: `{before}`  ", f"Load after: `{after}`", ""]
 for label, f in (("back to back", "back.json"), ("spaced by 100 ms", "spaced.json")):
-    res = json.load(open(f"{work}/{f}"))["results"]
+    res = hyperfine_results(f"{work}/{f}")
     base = next(r for r in res if r["command"] == "flock(1)")["median"]
     out += [f"Per run, {label}:", "", "| command | mean | ± σ | median | vs flock (median) |", "|---|---|---|---|---|"]
-    for r in res:
-        out.append(f"| {r['command']} | {r['mean']*1000:.2f} ms | {r['stddev']*1000:.2f} ms | {r['median']*1000:.2f} ms | "
-                   f"{r['median']/base:.2f}x |")
+    out += hyperfine_rows(res, lambda r: f"{r['median']/base:.2f}x")
     out.append("")
 lat = json.load(open(f"{work}/latency.json"))
 labels = {"fencerun": "fencerun on Redis", "fencerun-etcd": "fencerun on etcd", "etcd": "etcdctl lock"}
@@ -140,19 +139,5 @@ out += ["", "<!-- etcd:end -->"]
 print("\n".join(out))
 PY
 )"
-if [[ "$doc" == "-" ]]; then
-  echo "$section"
-  exit 0
-fi
-python3 - "$doc" "$section" <<'PY'
-import sys
-doc, section = sys.argv[1:]
-text = open(doc).read()
-b, e = text.find("<!-- etcd:begin -->"), text.find("<!-- etcd:end -->")
-if b >= 0 and e > b:
-    text = text[:b] + section + text[e + len("<!-- etcd:end -->"):]
-else:
-    text = text.rstrip("\n") + "\n\n" + section + "\n"
-open(doc, "w").write(text)
-PY
-say "wrote the etcd section of $doc"
+splice_section "$doc" etcd "$section"
+[[ "$doc" == "-" ]] || say "wrote the etcd section of $doc"

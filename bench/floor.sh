@@ -134,10 +134,11 @@ done
 # --- the tables ------------------------------------------------------------------------------------
 commit="$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 git -C "$repo" diff --quiet HEAD -- src 2>/dev/null || commit="$commit with uncommitted changes in src/"
-python3 - "$work" "$doc" "$users" "$baseline_name" "$command_line" "$commit" "$runs" "$samples" "$hold_ms" \
+bench_python - "$work" "$doc" "$users" "$baseline_name" "$command_line" "$commit" "$runs" "$samples" "$hold_ms" \
   "$(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')" "$(etcd --version | sed -n 's/etcd Version: //p')" \
   "${baseline:+yes}" <<'EOF'
-import json, os, re, statistics, sys, time
+import json, os, statistics, sys, time
+from lib import block, hyperfine_results, splice
 work, doc, users, base_name, cmdline, commit, runs, samples, hold, redis_v, etcd_v, has_base = sys.argv[1:13]
 users = users.split()
 out = []
@@ -177,7 +178,7 @@ for user in users:
         for spacing in ("spaced", "b2b"):
             tag = f"{user}-{cont}-{spacing}"
             try:
-                res = json.load(open(os.path.join(work, f"run-{tag}.json")))["results"]
+                res = hyperfine_results(os.path.join(work, f"run-{tag}.json"))
             except OSError:
                 continue
             med = [statistics.median(r["times"]) * 1000 for r in res]
@@ -226,15 +227,8 @@ for user in users:
             ratio = f"{g['median_ms'] / f['median_ms']:.2f}x" if f.get("n") and g.get("n") and f["median_ms"] > 0 else "-"
             w(f"| {user} | {cont} | {n} | " + " | ".join(cells) + f" | {ratio} | {l}{flag(l)} |")
 w("")
-section = "<!-- floor:begin -->\n" + "\n".join(out) + "\n<!-- floor:end -->\n"
-if doc == "-":
-    sys.stdout.write(section)
-    sys.exit(0)
-text = open(doc).read() if os.path.exists(doc) else ""
-if "<!-- floor:begin -->" in text:
-    text = re.sub(r"<!-- floor:begin -->.*?<!-- floor:end -->\n?", lambda m: section, text, flags=re.S)
-else:
-    text = text.rstrip("\n") + "\n\n" + section
-open(doc, "w").write(text)
-print(section)
+section = block("floor", "\n".join(out))
+splice(doc, "floor", section)  # doc "-": prints it only
+if doc != "-":
+    print(section + "\n")
 EOF

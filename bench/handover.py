@@ -25,6 +25,8 @@ import sys
 import threading
 import time
 
+import lib  # the markers of the sections of docs/benchmarks.md (bench/lib.py)
+
 TOOL_LABELS = {
     "fencerun": "fencerun",
     "fencerun-fair": "fencerun --fair",
@@ -652,9 +654,10 @@ def cmd_report(a):
         with open(a.doc) as f:
             old = f.read()
         for tag in ("waiters", "startup", "limit"):
-            begin, end = old.find(f"<!-- {tag}:begin -->"), old.find(f"<!-- {tag}:end -->")
+            begin_marker, end_marker = lib.markers(tag)
+            begin, end = old.find(begin_marker), old.find(end_marker)
             if begin >= 0 and end > begin:
-                kept += old[begin:end + len(f"<!-- {tag}:end -->")] + "\n"
+                kept += old[begin:end + len(end_marker)] + "\n"
     except FileNotFoundError:
         pass
     with open(a.doc, "w") as f:

@@ -63,3 +63,13 @@ start_redis() {
   redis_pid="$(cat "$work/redis.pid" 2>/dev/null || true)"
   [[ -n "$redis_pid" ]] || die "redis-server did not start: $(tail -3 "$work/redis.log" 2>/dev/null)"
 }
+
+# The Python helpers of bench/lib.py: splice, hyperfine_rows, ...
+bench_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+# bench_python ARG...: python3 with bench/ on its path, so that inline Python can `import lib`.
+bench_python() { PYTHONPATH="$bench_dir${PYTHONPATH:+:$PYTHONPATH}" python3 "$@"; }
+
+# splice_section DOC TAG SECTION: SECTION (from <!-- TAG:begin --> to <!-- TAG:end -->, included) in
+# place of DOC's section TAG, or appended to DOC when it has none; DOC - prints SECTION only.
+splice_section() { python3 "$bench_dir/lib.py" splice "$@"; }

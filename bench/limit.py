@@ -28,6 +28,7 @@ import time
 sys.dont_write_bytecode = True  # no bench/__pycache__ from the imports below
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from handover import Workers, env_for_tools  # noqa: E402  (the contender loops of section 4)
+import lib  # noqa: E402  (the section of docs/benchmarks.md: lib.splice)
 from waiters import Redis, loadavg  # noqa: E402
 
 TOOL_LABELS = {
@@ -37,8 +38,6 @@ TOOL_LABELS = {
     "poll": "redis-cli polling, N slots",
 }
 REDIS_TOOLS = ("fencerun", "fencerun-fair", "poll")
-MARK_BEGIN = "<!-- limit:begin -->"
-MARK_END = "<!-- limit:end -->"
 
 # With N > 1 flock(1) has no counting mode: try the N files without blocking, then block on one.
 FLOCK_N = r'''
@@ -363,20 +362,7 @@ def placeholder():
 
 
 def replace_section(doc, body):
-    try:
-        with open(doc) as f:
-            text = f.read()
-    except FileNotFoundError:
-        text = ""
-    block = f"{MARK_BEGIN}\n{body}\n{MARK_END}"
-    if MARK_BEGIN in text and MARK_END in text:
-        head, rest = text.split(MARK_BEGIN, 1)
-        tail = rest.split(MARK_END, 1)[1]
-        text = head + block + tail
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    with open(doc, "w") as f:
-        f.write(text)
+    lib.splice(doc, "limit", lib.block("limit", body))
 
 
 def cmd_report(a):

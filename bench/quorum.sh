@@ -111,10 +111,11 @@ if [[ -n "$baseline" ]]; then
 fi
 load_after="$(uptime)"
 
-section="$(python3 - "$work/h.json" "$c1" "$c3" "$c5" "$load_before" "$load_after" "$runs" "$warmup" "$c3b" "$c5b" <<'PY'
-import json, sys
+section="$(bench_python - "$work/h.json" "$c1" "$c3" "$c5" "$load_before" "$load_after" "$runs" "$warmup" "$c3b" "$c5b" <<'PY'
+import sys
+from lib import hyperfine_results, hyperfine_rows
 h, c1, c3, c5, before, after, runs, warmup, c3b, c5b = sys.argv[1:]
-res = json.load(open(h))["results"]
+res = hyperfine_results(h)
 base = res[0]["mean"]
 calls = [c1, c3, c5] + ([c3b, c5b] if c3b else [])
 out = ["<!-- quorum:begin -->", "## 10. Quorum mode: cost per run", "",
@@ -126,26 +127,10 @@ out = ["<!-- quorum:begin -->", "## 10. Quorum mode: cost per run", "",
        "| mode | mean | ± σ | median | vs single server (median) | Redis commands per run (all servers) |",
        "|---|---|---|---|---|---|"]
 base_median = res[0]["median"]
-for r, c in zip(res, calls):
-    out.append(f"| {r['command']} | {r['mean']*1000:.2f} ms | {r['stddev']*1000:.2f} ms | "
-               f"{r['median']*1000:.2f} ms | {r['median']/base_median:.2f}x | {c} |")
+out += hyperfine_rows(res, lambda r: f"{r['median']/base_median:.2f}x", calls)
 out += ["", "<!-- quorum:end -->"]
 print("\n".join(out))
 PY
 )"
-if [[ "$doc" == "-" ]]; then
-  echo "$section"
-  exit 0
-fi
-python3 - "$doc" "$section" <<'PY'
-import sys
-doc, section = sys.argv[1:]
-text = open(doc).read()
-b, e = text.find("<!-- quorum:begin -->"), text.find("<!-- quorum:end -->")
-if b >= 0 and e > b:
-    text = text[:b] + section + text[e + len("<!-- quorum:end -->"):]
-else:
-    text = text.rstrip("\n") + "\n\n" + section + "\n"
-open(doc, "w").write(text)
-PY
-say "wrote the quorum section of $doc"
+splice_section "$doc" quorum "$section"
+[[ "$doc" == "-" ]] || say "wrote the quorum section of $doc"

@@ -136,10 +136,11 @@ for row in "${rows[@]}"; do
 done
 load_after="$(uptime)"
 
-section="$(python3 - "$work/h.json" "$load_before" "$load_after" "$runs" "$warmup" "$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)" "${calls[@]}" <<'PY'
-import json, sys
+section="$(bench_python - "$work/h.json" "$load_before" "$load_after" "$runs" "$warmup" "$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)" "${calls[@]}" <<'PY'
+import sys
+from lib import hyperfine_results, hyperfine_rows
 h, before, after, runs, warmup, head, *calls = sys.argv[1:]
-res = json.load(open(h))["results"]
+res = hyperfine_results(h)
 out = ["<!-- records:begin -->", "## 12. The record of runs and `--min-interval`: cost per run", "",
        "`bench/records.sh`: `fencerun ... NAME -- true` on loopback against redis-servers without",
        "persistence and a one-member etcd (`--ttl 10s`, data on tmpfs), next to a fencerun from before",
@@ -150,26 +151,10 @@ out = ["<!-- records:begin -->", "## 12. The record of runs and `--min-interval`
        f"fencerun at {head}.", "",
        f"Load before: `{before}`  ", f"Load after: `{after}`", "",
        "| run | mean | ± σ | median | requests per run |", "|---|---|---|---|---|"]
-for r, c in zip(res, calls):
-    out.append(f"| {r['command']} | {r['mean']*1000:.2f} ms | {r['stddev']*1000:.2f} ms | "
-               f"{r['median']*1000:.2f} ms | {c} |")
+out += hyperfine_rows(res, calls)
 out += ["", "<!-- records:end -->"]
 print("\n".join(out))
 PY
 )"
-if [[ "$doc" == "-" ]]; then
-  echo "$section"
-  exit 0
-fi
-python3 - "$doc" "$section" <<'PY'
-import sys
-doc, section = sys.argv[1:]
-text = open(doc).read()
-b, e = text.find("<!-- records:begin -->"), text.find("<!-- records:end -->")
-if b >= 0 and e > b:
-    text = text[:b] + section + text[e + len("<!-- records:end -->"):]
-else:
-    text = text.rstrip("\n") + "\n\n" + section + "\n"
-open(doc, "w").write(text)
-PY
-say "wrote the records section of $doc"
+splice_section "$doc" records "$section"
+[[ "$doc" == "-" ]] || say "wrote the records section of $doc"

@@ -92,8 +92,9 @@ fi
   fi
 } >"$work/startup.tsv"
 
-ETCD_NOTE="$etcd_data_note" python3 - "$work" "$doc" "$command_line" "$fencerun" "$baseline" "$runs" "$warmup" "$fault_runs" "$load_wait" <<'PY'
-import ctypes, json, os, resource, shlex, subprocess, sys, time
+ETCD_NOTE="$etcd_data_note" bench_python - "$work" "$doc" "$command_line" "$fencerun" "$baseline" "$runs" "$warmup" "$fault_runs" "$load_wait" <<'PY'
+import ctypes, os, resource, shlex, subprocess, sys, time
+from lib import hyperfine_results, splice
 
 work, doc, command_line, fencerun, baseline = sys.argv[1:6]
 runs, warmup, fault_runs, load_wait = (int(x) for x in sys.argv[6:10])
@@ -137,9 +138,7 @@ def hyperfine(rows, name):
         argv.append("-i")  # a usage error exits 64 by design (checked above)
     argv += [r["cmd"] for r in rows]
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
-    with open(out) as f:
-        results = json.load(f)["results"]
-    for r, h in zip(rows, results):
+    for r, h in zip(rows, hyperfine_results(out)):
         r["mean_ms"] = h["mean"] * 1000
         r["stddev_ms"] = h["stddev"] * 1000
         r["median_ms"] = h["median"] * 1000
@@ -340,19 +339,6 @@ section = "\n".join(L)
 print(section)
 
 if doc != "-":
-    try:
-        with open(doc) as f:
-            text = f.read()
-    except FileNotFoundError:
-        text = ""
-    b, e = text.find("<!-- startup:begin -->"), text.find("<!-- startup:end -->")
-    if b >= 0 and e > b:
-        text = text[:b] + section + text[e + len("<!-- startup:end -->"):]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    if not text.endswith("\n"):
-        text += "\n"
-    with open(doc, "w") as f:
-        f.write(text)
+    splice(doc, "startup", section)
     say(f"wrote the start-up section of {doc}")
 PY

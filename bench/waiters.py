@@ -26,6 +26,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from handover import env_for_tools, read_stamps  # noqa: E402  (shared with bench/handover.sh's runs)
+import lib  # noqa: E402  (the section of docs/benchmarks.md: lib.splice)
 import urllib.request
 
 TOOL_LABELS = {
@@ -39,8 +40,6 @@ TOOL_LABELS = {
 RSS_GUESS_MIB = {"fencerun": 8, "fencerun-fair": 8, "etcd": 32, "flock": 2}
 # Threads of one waiting process, likewise (they take pids: kernel.pid_max bounds them all).
 THREADS_GUESS = {"fencerun": 4, "fencerun-fair": 4, "etcd": 12, "flock": 1}
-MARK_BEGIN = "<!-- waiters:begin -->"
-MARK_END = "<!-- waiters:end -->"
 
 CHILDREN = []  # every process started, for the clean-up
 
@@ -882,20 +881,7 @@ def placeholder():
 
 
 def replace_section(doc, body):
-    try:
-        with open(doc) as f:
-            text = f.read()
-    except FileNotFoundError:
-        text = ""
-    block = f"{MARK_BEGIN}\n{body}\n{MARK_END}"
-    if MARK_BEGIN in text and MARK_END in text:
-        head, rest = text.split(MARK_BEGIN, 1)
-        tail = rest.split(MARK_END, 1)[1]
-        text = head + block + tail
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    with open(doc, "w") as f:
-        f.write(text)
+    lib.splice(doc, "waiters", lib.block("waiters", body))
 
 
 def plot(cells, results, out, meta):

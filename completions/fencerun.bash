@@ -1,10 +1,14 @@
 # bash completion for fencerun                                  -*- shell-script -*-
 
+# The schemes of a server URL (-r, --server, --redis): Redis's, then etcd's (fence redis: Redis's).
+__fencerun_redis_schemes='redis:// rediss:// unix:// redis+sentinel:// rediss+sentinel://'
+__fencerun_schemes="$__fencerun_redis_schemes etcd:// etcds://"
+
 # True when option $1 takes a value in the next word.
 __fencerun_takes_value()
 {
     case $1 in
-        -r | --redis | -t | --ttl | --renew | --grace | --kill-signal | -w | --wait | -E | \
+        -r | --server | --redis | -t | --ttl | --renew | --grace | --kill-signal | -w | --wait | -E | \
             --conflict-exit-code | --lease-lost-exit-code | --timeout | --key-prefix | --log-format | \
             --metrics-file | --min-replicas | --replica-timeout | --limit | --tls-ca-file | --tls-cert | \
             --tls-key | --tls-server-name | --token | --resource | --owner | --above | --min-interval | \
@@ -57,8 +61,10 @@ _fencerun()
             COMPREPLY=($(compgen -W 'text json' -- "$cur"))
             return
             ;;
-        -r | --redis)
-            COMPREPLY=($(compgen -W 'redis:// rediss:// unix:// redis+sentinel:// rediss+sentinel://' -- "$cur"))
+        -r | --server | --redis)
+            # Redis (one server, Sentinel, a Cluster node) or an etcd cluster; -r given 3, 5 or 7
+            # times is quorum mode.
+            COMPREPLY=($(compgen -W "$__fencerun_schemes" -- "$cur"))
             compopt -o nospace
             return
             ;;
@@ -88,7 +94,7 @@ _fencerun()
     esac
     [[ $split == true ]] && return
 
-    local connection='-r --redis --timeout --key-prefix --tls-ca-file --tls-cert --tls-key
+    local connection='-r --server --redis --timeout --key-prefix --tls-ca-file --tls-cert --tls-key
         --tls-server-name --tls-insecure -v --verbose -q --quiet --log-format -h --help'
     local run_opts='-t --ttl --renew --grace --kill-signal -w --wait --fair --limit -E --conflict-exit-code
         --lease-lost-exit-code --shell --metrics-file --min-replicas --replica-timeout --min-interval
@@ -138,8 +144,9 @@ _fencerun_fence()
     ((dashdash > 0)) && return
 
     case $prev in
-        -r | --redis)
-            COMPREPLY=($(compgen -W 'redis:// rediss:// unix:// redis+sentinel:// rediss+sentinel://' -- "$cur"))
+        -r | --server | --redis)
+            # The fence key lives on a Redis server (not etcd).
+            COMPREPLY=($(compgen -W "$__fencerun_redis_schemes" -- "$cur"))
             compopt -o nospace
             return
             ;;
@@ -166,7 +173,7 @@ _fencerun_fence()
             fi
             ;;
         redis)
-            COMPREPLY=($(compgen -W '-r --redis --timeout --key-prefix --tls-ca-file --tls-cert --tls-key
+            COMPREPLY=($(compgen -W '-r --server --redis --timeout --key-prefix --tls-ca-file --tls-cert --tls-key
                 --tls-server-name --tls-insecure -v --verbose -q --quiet --log-format --resource --token
                 --help --' -- "$cur"))
             ;;

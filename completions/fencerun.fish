@@ -18,7 +18,7 @@ function __fencerun_first_word
         switch $t
             case --
                 return 1
-            case -r --redis -t --ttl --renew --grace --kill-signal -w --wait -E --conflict-exit-code --lease-lost-exit-code --timeout --key-prefix --log-format --metrics-file --min-replicas --replica-timeout --limit --tls-ca-file --tls-cert --tls-key --tls-server-name --owner --above --min-interval --skip-exit-code --records-ttl --keep-runs -n --count
+            case -r --server --redis -t --ttl --renew --grace --kill-signal -w --wait -E --conflict-exit-code --lease-lost-exit-code --timeout --key-prefix --log-format --metrics-file --min-replicas --replica-timeout --limit --tls-ca-file --tls-cert --tls-key --tls-server-name --owner --above --min-interval --skip-exit-code --records-ttl --keep-runs -n --count
                 set skip 1
             case '-*'
             case '*'
@@ -44,6 +44,12 @@ end
 function __fencerun_run_form
     set -l w (__fencerun_first_word)
     not contains -- "$w" status list break bump history acl fence help
+end
+
+# True right after `help`: the subcommand whose help to show.
+function __fencerun_help_needs_command
+    set -l tokens (commandline -opc)
+    test (count $tokens) -ge 2; and test "$tokens[-1]" = help; and __fencerun_using help
 end
 
 # fence: the guard given after `fence`, if any.
@@ -96,10 +102,12 @@ complete -c fencerun -n $needs_sub -a bump -d "Raise a lock's token counter abov
 complete -c fencerun -n $needs_sub -a acl -d 'Print the least-privilege Redis ACL rule'
 complete -c fencerun -n $needs_sub -a fence -d 'Resource-side guards that reject stale tokens'
 complete -c fencerun -n $needs_sub -a help -d 'Help of a subcommand'
+complete -c fencerun -n __fencerun_help_needs_command -a 'run status list break bump history acl fence'
 
 # Connection and logging options (run, status, list, break, bump)
 set -l conn_cond '__fencerun_before_dashdash; and not __fencerun_using acl; and not __fencerun_using fence'
-complete -c fencerun -n $conn_cond -s r -l redis -x -a 'redis:// rediss:// unix:// redis+sentinel:// rediss+sentinel://' -d 'Where the lock lives'
+# A Redis server (Sentinel, a Cluster node) or an etcd cluster; 3, 5 or 7 times: quorum mode
+complete -c fencerun -n $conn_cond -s r -l server -l redis -x -a 'redis:// rediss:// unix:// redis+sentinel:// rediss+sentinel:// etcd:// etcds://' -d 'Where the lock lives (3, 5 or 7 times: quorum mode)'
 complete -c fencerun -n $conn_cond -l timeout -x -d 'Bound on any single Redis request'
 complete -c fencerun -n $conn_cond -l key-prefix -x -d 'Prefix of every key fencerun writes'
 complete -c fencerun -n $conn_cond -l tls-ca-file -r -F -d 'CA certificates to verify the server with'
@@ -164,7 +172,7 @@ complete -c fencerun -n '__fencerun_fence_using file' -F
 complete -c fencerun -n '__fencerun_fence_using file; or __fencerun_fence_using redis; and __fencerun_before_dashdash' -l token -x -d 'Fencing token (default: $FENCERUN_TOKEN)'
 complete -c fencerun -n '__fencerun_fence_using file; and __fencerun_before_dashdash' -l read -d 'Admit the token and print the file (read-modify-write)'
 set -l fence_redis '__fencerun_fence_using redis; and __fencerun_before_dashdash'
-complete -c fencerun -n $fence_redis -s r -l redis -x -a 'redis:// rediss:// unix:// redis+sentinel:// rediss+sentinel://' -d 'Where the fence key lives'
+complete -c fencerun -n $fence_redis -s r -l server -l redis -x -a 'redis:// rediss:// unix:// redis+sentinel:// rediss+sentinel://' -d 'Where the fence key lives'
 complete -c fencerun -n $fence_redis -l timeout -x -d 'Bound on connecting and on the request'
 complete -c fencerun -n $fence_redis -l key-prefix -x -d 'Prefix of the fence key'
 complete -c fencerun -n $fence_redis -l tls-ca-file -r -F -d 'CA certificates to verify the server with'

@@ -4,6 +4,7 @@
 #include <array>
 #include <cctype>
 #include <charconv>
+#include <initializer_list>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -16,8 +17,10 @@ namespace {
 
 using config::Options;
 
-// ---- The grammar: one table of commands, one of options. The scan, the checks, every help text
-// and declared_options() are built from these two tables, so they cannot disagree.
+// ---- The grammar: one table of commands, one of options. The scan (which word is which command,
+// how what follows it is read), every help text (each command's, the list of commands in
+// `fencerun --help`, `help CMD`), help_commands() and declared_options() are built from these two
+// tables, so they cannot disagree.
 
 // Commands, as bits: an option lists the commands that take it.
 enum Command : unsigned {
@@ -33,44 +36,121 @@ enum Command : unsigned {
   k_fence_sql = 1u << 9,
   k_version = 1u << 10,  // `fencerun [-r URL] --version`
   k_history = 1u << 11,
+  k_help = 1u << 12,  // `fencerun help [COMMAND...]`: takes no option of its own
 };
-constexpr unsigned k_every = (1u << 12) - 1;
-// Commands that talk to a Redis server: they take the connection options.
+constexpr unsigned k_every = (1u << 13) - 1;
+// Commands that talk to a lock server: they take the connection options.
 constexpr unsigned k_server =
     k_run | k_status | k_list | k_break | k_bump | k_history | k_fence_redis | k_version;
 // Every command that does something takes the logging options.
-constexpr unsigned k_logging = k_every & ~k_fence;
+constexpr unsigned k_logging = k_every & ~(k_fence | k_help);
+
+// How the scan reads a command's words.
+enum class Form {
+  top,      // "": fencerun itself, no word; only its help (the scan starts without a command)
+  run,      // a word: options, NAME, COMMAND
+  admin,    // a word: options and at most one operand, no COMMAND
+  fence,    // a word followed by a guard
+  guard,    // the word after `fence`: options and operands (for fence redis: CMD)
+  help,     // a word: `help [COMMAND...]`
+  version,  // the option --version
+};
+
+struct CommandSpec;
+using HelpFn = std::string (*)(const CommandSpec&);
 
 struct CommandSpec {
-  Command bit;
-  std::string_view name;  // as typed: "status", "fence redis"
+  unsigned bit;               // 0 for the top level
+  std::string_view name;      // as typed: "status", "fence redis"; "" the top level
+  std::string_view operands;  // after the name in the list of `fencerun --help`: "NAME --above N"
+  std::string_view summary;   // one line
+  Form form;
   config::Subcommand subcommand;
   config::FenceGuard guard;
+  unsigned options;           // whose options it takes: its own bit, or (top level) run's and --version's
+  HelpFn help;                // its help text; nullptr: none
 };
 
+std::string top_help(const CommandSpec&);
+std::string run_help(const CommandSpec&);
+std::string status_help(const CommandSpec&);
+std::string list_help(const CommandSpec&);
+std::string break_help(const CommandSpec&);
+std::string bump_help(const CommandSpec&);
+std::string history_help(const CommandSpec&);
+std::string acl_help(const CommandSpec&);
+std::string fence_help(const CommandSpec&);
+std::string fence_file_help(const CommandSpec&);
+std::string fence_redis_help(const CommandSpec&);
+std::string fence_sql_help(const CommandSpec&);
+
+using config::FenceGuard;
+using config::Subcommand;
+
+// Every command, once. The words (forms run, admin, fence, help) are listed in `fencerun --help` in
+// this order, and are the words a misspelt first word is compared with; the commands with a help
+// are help_commands(), in this order.
+// clang-format off
 constexpr std::array k_commands = {
-    CommandSpec{k_run, "run", config::Subcommand::run, config::FenceGuard::none},
-    CommandSpec{k_status, "status", config::Subcommand::status, config::FenceGuard::none},
-    CommandSpec{k_list, "list", config::Subcommand::list, config::FenceGuard::none},
-    CommandSpec{k_break, "break", config::Subcommand::break_lock, config::FenceGuard::none},
-    CommandSpec{k_bump, "bump", config::Subcommand::bump, config::FenceGuard::none},
-    CommandSpec{k_history, "history", config::Subcommand::history, config::FenceGuard::none},
-    CommandSpec{k_acl, "acl", config::Subcommand::acl, config::FenceGuard::none},
-    CommandSpec{k_fence, "fence", config::Subcommand::fence, config::FenceGuard::none},
-    CommandSpec{k_fence_file, "fence file", config::Subcommand::fence, config::FenceGuard::file},
-    CommandSpec{k_fence_redis, "fence redis", config::Subcommand::fence, config::FenceGuard::redis},
-    CommandSpec{k_fence_sql, "fence sql", config::Subcommand::fence, config::FenceGuard::sql},
-    CommandSpec{k_version, "--version", config::Subcommand::version, config::FenceGuard::none},
+  CommandSpec{0, "", "", "run COMMAND under a lock (NAME is the first word)",
+              Form::top, Subcommand::run, FenceGuard::none, k_run | k_version, top_help},
+  CommandSpec{k_run, "run", "NAME COMMAND...", "the same, explicitly (any NAME)",
+              Form::run, Subcommand::run, FenceGuard::none, k_run, run_help},
+  CommandSpec{k_status, "status", "NAME", "is the lock held, by whom, its last token",
+              Form::admin, Subcommand::status, FenceGuard::none, k_status, status_help},
+  CommandSpec{k_list, "list", "[PATTERN]", "held locks (the server needs SCAN)",
+              Form::admin, Subcommand::list, FenceGuard::none, k_list, list_help},
+  CommandSpec{k_break, "break", "NAME", "delete a lock and its waiter queue",
+              Form::admin, Subcommand::break_lock, FenceGuard::none, k_break, break_help},
+  CommandSpec{k_bump, "bump", "NAME --above N", "raise a token counter",
+              Form::admin, Subcommand::bump, FenceGuard::none, k_bump, bump_help},
+  CommandSpec{k_history, "history", "NAME", "the recorded runs of NAME, newest first",
+              Form::admin, Subcommand::history, FenceGuard::none, k_history, history_help},
+  CommandSpec{k_acl, "acl", "", "print the least-privilege Redis ACL rule",
+              Form::admin, Subcommand::acl, FenceGuard::none, k_acl, acl_help},
+  CommandSpec{k_fence, "fence", "", "resource-side guards that check the token",  // operands: the guards
+              Form::fence, Subcommand::fence, FenceGuard::none, k_fence, fence_help},
+  CommandSpec{k_fence_file, "fence file", "PATH", "replace a file from stdin, rejecting stale tokens",
+              Form::guard, Subcommand::fence, FenceGuard::file, k_fence_file, fence_file_help},
+  CommandSpec{k_fence_redis, "fence redis", "CMD...", "run a Redis command, rejecting stale tokens",
+              Form::guard, Subcommand::fence, FenceGuard::redis, k_fence_redis, fence_redis_help},
+  CommandSpec{k_fence_sql, "fence sql", "DIALECT", "print the schema of a SQL guard",
+              Form::guard, Subcommand::fence, FenceGuard::sql, k_fence_sql, fence_sql_help},
+  CommandSpec{k_help, "help", "SUBCOMMAND", "the help of a subcommand (also SUBCOMMAND --help)",
+              Form::help, Subcommand::help, FenceGuard::none, k_help, nullptr},
+  CommandSpec{k_version, "--version", "", "show the version",
+              Form::version, Subcommand::version, FenceGuard::none, k_version, nullptr},
 };
+// clang-format on
 
-// The words recognised as a subcommand (`help` too: `fencerun help status`).
-constexpr std::array<std::string_view, 9> k_subcommand_words = {"run",     "status", "list",  "break", "bump",
-                                                                "history", "acl",    "fence", "help"};
+// A word typed as a command (`status`, `help`), not the top level, a guard or --version.
+constexpr bool is_word(const CommandSpec& c) {
+  return c.form == Form::run || c.form == Form::admin || c.form == Form::fence || c.form == Form::help;
+}
 
 const CommandSpec& command_spec(unsigned bit) {
   for (const auto& c : k_commands)
     if (c.bit == bit) return c;
   return k_commands.front();
+}
+
+// A guard's word: "redis" of "fence redis".
+std::string_view guard_word(const CommandSpec& c) { return c.name.substr(c.name.find(' ') + 1); }
+
+// "a, b or c" (last = " or "), "a, b and c".
+std::string join(const std::vector<std::string_view>& names, std::string_view last) {
+  std::string out;
+  for (std::size_t i = 0; i < names.size(); ++i)
+    out += std::string(i == 0 ? "" : i + 1 == names.size() ? last : ", ") + std::string(names[i]);
+  return out;
+}
+
+// The guards' words: file, redis, sql.
+std::vector<std::string_view> guard_words() {
+  std::vector<std::string_view> out;
+  for (const auto& c : k_commands)
+    if (c.form == Form::guard) out.push_back(guard_word(c));
+  return out;
 }
 
 // Sets the option in Options; `typed` is the name as the user wrote it (for messages).
@@ -83,6 +163,7 @@ struct OptionSpec {
   unsigned commands;
   Setter set;                  // nullptr: -h/--help and --version, handled by the scan
   std::string_view help;       // lines separated by '\n'
+  std::string_view alias = {}; // another long name of the same option (--redis of --server)
 };
 
 std::string s(std::string_view v) { return std::string(v); }
@@ -100,22 +181,28 @@ constexpr std::string_view k_exit_code = "an exit code (0-255)";
 
 // clang-format off
 constexpr std::array k_options = {
-  OptionSpec{'r', "redis", "URL", k_server,
+  OptionSpec{'r', "server", "URL", k_server,
     [](Options& o, std::string_view typed, std::string_view v) {
       if (v.empty())
         throw UsageError(s(typed) + " is empty (an unset variable?): give a URL, or leave " + s(typed) +
-                         " out to use $FENCERUN_REDIS_URL, $REDIS_URL or redis://127.0.0.1:6379");
+                         " out to use $FENCERUN_SERVER, $FENCERUN_REDIS_URL, $REDIS_URL or "
+                         "redis://127.0.0.1:6379");
       o.redis_urls.emplace_back(v);
     },
-    "Redis to use: redis://[[user]:password@]host[:port]\n"
-    "[/db][?db=N]; rediss://... (TLS); unix:///PATH\n"
-    "[?db=N]; redis+sentinel://host:port[,host:port...]\n"
-    "/MASTER[?db=N][&sentinel_user=U] (rediss+sentinel://\n"
-    "for TLS); a Redis Cluster node works as redis://\n"
-    "(default: $FENCERUN_REDIS_URL, $REDIS_URL,\n"
-    "redis://127.0.0.1:6379); run, status, list: given 3,\n"
-    "5 or 7 times, quorum mode on that many independent\n"
-    "servers"},
+    "where the locks live. Redis:\n"
+    "redis://[[user]:password@]host[:port][/db][?db=N];\n"
+    "rediss://... (TLS); unix:///PATH[?db=N];\n"
+    "redis+sentinel://host:port[,host:port...]/MASTER\n"
+    "[?db=N][&sentinel_user=U] (rediss+sentinel:// for\n"
+    "TLS); a Redis Cluster node works as redis://. etcd:\n"
+    "etcd://[user[:password]@]host[:port][,host[:port]\n"
+    "...] (etcds:// for TLS), a cluster's members in one\n"
+    "URL. Quorum mode: -r given 3, 5 or 7 times, Redis\n"
+    "servers independent of each other (run, status,\n"
+    "list). Default: $FENCERUN_SERVER, else\n"
+    "$FENCERUN_REDIS_URL, else $REDIS_URL, else\n"
+    "redis://127.0.0.1:6379",
+    "redis"},
   OptionSpec{'t', "ttl", "DUR", k_run, [](Options& o, std::string_view, std::string_view v) { o.ttl = v; },
     "lease length (default: 30s)"},
   OptionSpec{0, "renew", "DUR", k_run, [](Options& o, std::string_view, std::string_view v) { o.renew = s(v); },
@@ -158,7 +245,7 @@ constexpr std::array k_options = {
     [](Options& o, std::string_view, std::string_view v) { o.keep_runs = s(v); },
     "how many runs of NAME the record keeps, 1 to 1000\n(default: 20)"},
   OptionSpec{0, "timeout", "DUR", k_server, [](Options& o, std::string_view, std::string_view v) { o.timeout = v; },
-    "bound on connecting and on each Redis request\n(default: 2s)"},
+    "bound on connecting and on each request to the\nserver (default: 2s)"},
   OptionSpec{0, "key-prefix", "STR", k_server | k_acl,
     [](Options& o, std::string_view typed, std::string_view v) {
       if (v.empty())
@@ -239,7 +326,7 @@ constexpr std::array k_options = {
 
 const OptionSpec* find_long(std::string_view name) {
   for (const auto& spec : k_options)
-    if (spec.long_name == name) return &spec;
+    if (spec.long_name == name || (!spec.alias.empty() && spec.alias == name)) return &spec;
   return nullptr;
 }
 
@@ -280,7 +367,9 @@ std::optional<std::string_view> misspelt_subcommand(std::string_view word) {
   for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   std::string sorted_word = lower;
   std::ranges::sort(sorted_word);
-  for (std::string_view sub : k_subcommand_words) {
+  for (const auto& c : k_commands) {
+    if (!is_word(c)) continue;
+    const std::string_view sub = c.name;
     if (lower.size() > sub.size() && lower.starts_with(sub)) continue;  // fenced, runs: a word of its own
     if (distance(lower, sub, 2) <= 1) return sub;
     std::string sorted_sub(sub);
@@ -295,11 +384,8 @@ std::optional<std::string_view> misspelt_subcommand(std::string_view word) {
 std::string command_list(unsigned mask) {
   std::vector<std::string_view> names;
   for (const auto& c : k_commands)
-    if ((mask & c.bit) && c.bit != k_version) names.push_back(c.name);
-  std::string out;
-  for (std::size_t i = 0; i < names.size(); ++i)
-    out += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + s(names[i]);
-  return out;
+    if ((mask & c.bit) && c.form != Form::version && c.form != Form::help) names.push_back(c.name);
+  return join(names, " and ");
 }
 
 // The scan of one command line, word by word.
@@ -311,11 +397,13 @@ class Scan {
     if (start_command == 0) scan_top();
     else m_command = start_command, m_explicit = true;
     if (m_help_word) return help_for(m_help_words);
-    if (m_command == k_version) return finish_version();
-    if (m_command == k_fence) scan_fence();
-    if (m_command == k_run) return scan_run();
-    if (m_command & (k_status | k_list | k_break | k_bump | k_history | k_acl)) return scan_admin();
-    return scan_guard();
+    if (command_spec(m_command).form == Form::fence) scan_fence();  // m_command: the guard, if any
+    switch (command_spec(m_command).form) {
+      case Form::run: return scan_run();
+      case Form::admin: return scan_admin();
+      case Form::version: return finish_version();
+      default: return scan_guard();  // a guard, or fence without one (its help)
+    }
   }
 
  private:
@@ -353,9 +441,12 @@ class Scan {
     std::size_t best_distance = 3;
     for (const auto& spec : k_options) {
       if (!(spec.commands & scope)) continue;
-      std::string candidate = "--" + s(spec.long_name);
-      std::size_t d = distance(name, candidate);
-      if (d < best_distance) best_distance = d, best = candidate;
+      for (std::string_view long_name : {spec.long_name, spec.alias}) {
+        if (long_name.empty()) continue;
+        std::string candidate = "--" + s(long_name);
+        std::size_t d = distance(name, candidate);
+        if (d < best_distance) best_distance = d, best = candidate;
+      }
     }
     return best.empty() ? "" : ", did you mean '" + best + "'?";
   }
@@ -415,18 +506,16 @@ class Scan {
       return;
     }
     const std::string_view first = word();
-    if (first == "help") {
-      ++m_i;
-      m_help_word = true;
-      m_help_words.assign(m_words.begin() + static_cast<std::ptrdiff_t>(m_i), m_words.end());
-      return;
-    }
     for (const auto& c : k_commands) {
-      if (c.name == first && c.bit != k_version) {
-        m_command = c.bit, m_explicit = true;
-        ++m_i;
+      if (!is_word(c) || c.name != first) continue;
+      ++m_i;
+      if (c.form == Form::help) {
+        m_help_word = true;
+        m_help_words.assign(m_words.begin() + static_cast<std::ptrdiff_t>(m_i), m_words.end());
         return;
       }
+      m_command = c.bit, m_explicit = true;
+      return;
     }
     if (m_version) fail("--version takes no NAME or COMMAND, got '" + s(first) + "'");
     if (auto sub = misspelt_subcommand(first)) {
@@ -466,8 +555,12 @@ class Scan {
     for (std::string_view w : words) command += (command.empty() ? "" : " ") + s(w);
     if (command.empty()) return help_of("");
     const std::string text = help_text(command);
-    if (text.empty()) throw UsageError("help: no help for '" + command + "' (commands: run, status, list, break, "
-                                       "bump, history, acl, fence, fence file, fence redis, fence sql)");
+    if (text.empty()) {
+      std::vector<std::string_view> names;
+      for (const auto& c : k_commands)
+        if (c.help && !c.name.empty()) names.push_back(c.name);
+      throw UsageError("help: no help for '" + command + "' (commands: " + join(names, ", ") + ")");
+    }
     return help_of(command);
   }
 
@@ -532,15 +625,17 @@ class Scan {
     }
     if (m_help) return help_of(name);
     check_options();
-    const std::size_t most = m_command == k_acl ? 0 : 1;
-    const std::string_view what = m_command == k_list ? "PATTERN" : "NAME";
+    const CommandSpec& c = command_spec(m_command);
+    // The operand, from the table: "NAME", "[PATTERN]", "NAME --above N"; none for acl.
+    const std::size_t most = c.operands.empty() ? 0 : 1;
+    std::string_view what = c.operands.substr(0, c.operands.find(' '));
+    if (what.starts_with('[')) what = what.substr(1, what.size() - 2);
     if (operands.size() > most) {
       if (most == 0)
         throw UsageError(name + " takes no NAME, got '" + operands.front() + "'; see fencerun " + name + " --help");
       throw UsageError(name + " takes one " + s(what) + ", got " + std::to_string(operands.size()) + " words ('" +
                        operands[0] + "', '" + operands[1] + "'); see fencerun " + name + " --help");
     }
-    const CommandSpec& c = command_spec(m_command);
     m_o.subcommand = c.subcommand;
     if (!operands.empty()) {
       if (m_command == k_list) m_o.list_pattern = operands.front();
@@ -554,7 +649,7 @@ class Scan {
     while (!at_end() && is_option_word(word())) take_option();
     if (at_end()) {
       if (m_help) return;  // `fence --help`
-      fail("missing guard (file, redis or sql)");
+      fail("missing guard (" + join(guard_words(), " or ") + ")");
     }
     std::string_view guard = word();
     if (guard == "help") {
@@ -563,7 +658,7 @@ class Scan {
       return;
     }
     for (const auto& c : k_commands) {
-      if (c.name.starts_with("fence ") && c.name.substr(6) == guard) {
+      if (c.form == Form::guard && guard_word(c) == guard) {
         m_command = c.bit;
         ++m_i;
         return;
@@ -575,12 +670,12 @@ class Scan {
       m_i = m_words.size();
       return;
     }
-    fail("unknown guard '" + s(guard) + "' (expected file, redis or sql)");
+    fail("unknown guard '" + s(guard) + "' (expected " + join(guard_words(), " or ") + ")");
   }
 
   // fence file, fence redis, fence sql.
   Options scan_guard() {
-    if (m_command == k_fence) return help_of("fence");
+    if (command_spec(m_command).form == Form::fence) return help_of("fence");
     const bool has_command = m_command == k_fence_redis;
     std::vector<std::string> operands;
     while (!at_end()) {
@@ -610,11 +705,12 @@ class Scan {
 
 // ---- Help texts: each command's usage and description, its options from the table, its footer.
 
-// One option's lines: "  -r, --redis URL          Redis to use..." with the text at column 28
-// (27 spaces), on the next line when the name is too long.
+// One option's lines: "  -t, --ttl DUR            lease length..." with the text at column 28
+// (27 spaces), on the next line when the name is too long ("  -r, --server, --redis URL").
 std::string option_lines(const OptionSpec& spec) {
   std::string head = spec.short_name ? "  -" + std::string(1, spec.short_name) + ", " : "      ";
   head += "--" + s(spec.long_name);
+  if (!spec.alias.empty()) head += ", --" + s(spec.alias);
   if (!spec.value.empty()) head += " " + s(spec.value);
   const std::string indent(27, ' ');
   std::string out = head;
@@ -639,15 +735,42 @@ std::string options_section(unsigned mask) {
   return out;
 }
 
-constexpr std::string_view k_password_help =
+// fence redis: only Redis.
+constexpr std::string_view k_redis_password_help =
     "Password: from the URL, else $FENCERUN_REDIS_PASSWORD, else $REDISCLI_AUTH;\n"
     "sentinels' own password: $FENCERUN_SENTINEL_PASSWORD. Inside a job, the\n"
     "run's server, TLS settings and credentials are inherited (fencerun(1)).\n";
 
+constexpr std::string_view k_password_help =
+    "Password: from the URL, else $FENCERUN_REDIS_PASSWORD, else $REDISCLI_AUTH;\n"
+    "sentinels' own password: $FENCERUN_SENTINEL_PASSWORD; an etcd user's:\n"
+    "$FENCERUN_ETCD_PASSWORD. Inside a job, the run's server, TLS settings and\n"
+    "credentials are inherited (fencerun(1)).\n";
+
 constexpr std::string_view k_durations =
     "Durations: 500ms, 30s, 1.5s, 2m30s, 1h; a bare number is seconds (0.5 = 500ms).\n";
 
-std::string run_help(bool top) {
+// The lines "  status NAME              is the lock held, ..." of `fencerun --help`: every word of the
+// table, with its operands (fence: its guards) and summary.
+std::string command_lines() {
+  std::string out;
+  for (const auto& c : k_commands) {
+    if (!is_word(c)) continue;
+    std::string head = "  " + s(c.name);
+    if (c.form == Form::fence) {
+      std::vector<std::string_view> guards = guard_words();
+      head += " ";
+      for (std::size_t i = 0; i < guards.size(); ++i) head += (i ? "|" : "") + s(guards[i]);
+    } else if (!c.operands.empty()) {
+      head += " " + s(c.operands);
+    }
+    out += head + (head.size() <= 25 ? std::string(27 - head.size(), ' ') : "\n" + std::string(27, ' ')) +
+           s(c.summary) + "\n";
+  }
+  return out;
+}
+
+std::string run_help(bool top, unsigned options) {
   std::string usage = top ? R"(Usage: fencerun [OPTIONS] NAME [--] COMMAND [ARG...]
        fencerun [OPTIONS] SUBCOMMAND [OPTIONS] ...
        fencerun [-r URL] --version | --help
@@ -656,110 +779,104 @@ std::string run_help(bool top) {
                           : R"(Usage: fencerun [OPTIONS] run [OPTIONS] NAME [--] COMMAND [ARG...]
 )";
   std::string text = usage + R"(
-Run COMMAND while holding the lease NAME in Redis, and give it a fencing token
-(FENCERUN_TOKEN) that the protected resource can check to reject stale writers.
-The lease is renewed in the background; if it cannot be renewed in time, every
-process of the command is stopped before the lease expires. Options end at the
-first word after NAME (or at --): the rest is COMMAND and its arguments. A NAME
-that is a subcommand, or one letter away from one, needs 'run' before it.
+Run COMMAND while holding the lease NAME on a lock server (Redis: one server,
+Sentinel, Cluster or a quorum of servers; or an etcd cluster), and give it a
+fencing token (FENCERUN_TOKEN) that the protected resource can check to reject
+stale writers. The lease is renewed in the background; if it cannot be renewed
+in time, every process of the command is stopped before the lease expires.
+Options end at the first word after NAME (or at --): the rest is COMMAND and
+its arguments. A NAME that is a subcommand, or one letter away from one, needs
+'run' before it.
 )";
-  if (top)
-    text += R"(
-Subcommands (options may come before or after the subcommand word):
-  run NAME COMMAND...      the same, explicitly (any NAME)
-  status NAME              is the lock held, by whom, its last token
-  list [PATTERN]           held locks (the server needs SCAN)
-  break NAME               delete a lock and its waiter queue
-  bump NAME --above N      raise a token counter
-  history NAME             the recorded runs of NAME, newest first
-  acl                      print the least-privilege Redis ACL rule
-  fence file|redis|sql     resource-side guards that check the token
-  help SUBCOMMAND          the help of a subcommand (also SUBCOMMAND --help)
-)";
-  text += "\n" + options_section(top ? (k_run | k_version) : k_run) + "\n" + std::string(k_durations) + R"(
+  if (top) text += "\nSubcommands (options may come before or after the subcommand word):\n" + command_lines();
+  text += "\n" + options_section(options) + "\n" + std::string(k_durations) + R"(
 Environment given to COMMAND: FENCERUN_TOKEN, FENCERUN_LOCK, FENCERUN_OWNER,
 FENCERUN_TTL_MS, FENCERUN_SLOT, FENCERUN_LIMIT, FENCERUN_SERVERS,
-FENCERUN_REDIS_URL (no password), FENCERUN_CONNECTION_FD; no other FENCERUN_*.
+FENCERUN_REDIS_URL (no password), FENCERUN_CONNECTION_FD; on etcd
+FENCERUN_ETCD_URL and FENCERUN_ETCD_LEASE instead of the last three; no other
+FENCERUN_*.
 
 Exit status: the command's own status; 128+N if it was killed by signal N;
-64 usage error; 69 Redis unavailable; 75 lock busy; 124 lease lost;
+64 usage error; 69 server unavailable; 75 lock busy; 124 lease lost;
 126 command not executable; 127 command not found; 70 internal error.
 
 )" + std::string(k_password_help) + "See fencerun(1) for details.\n";
   return text;
 }
 
-std::string admin_help(std::string_view usage, std::string_view description, unsigned command,
+std::string top_help(const CommandSpec& c) { return run_help(true, c.options); }
+std::string run_help(const CommandSpec& c) { return run_help(false, c.options); }
+
+std::string admin_help(const CommandSpec& c, std::string_view usage, std::string_view description,
                        std::string_view exit_status) {
-  return "Usage: " + s(usage) + "\n\n" + s(description) + "\n" + options_section(command) + "\n" +
-         "Exit status: " + s(exit_status) + "\n" + (command & k_server ? "\n" + s(k_password_help) : "") +
+  return "Usage: " + s(usage) + "\n\n" + s(description) + "\n" + options_section(c.options) + "\n" +
+         "Exit status: " + s(exit_status) + "\n" + (c.options & k_server ? "\n" + s(k_password_help) : "") +
          "See fencerun(1) for details.\n";
 }
 
-std::string status_help() {
-  return admin_help("fencerun [OPTIONS] status [OPTIONS] NAME",
+std::string status_help(const CommandSpec& c) {
+  return admin_help(c, "fencerun [OPTIONS] status [OPTIONS] NAME",
                     R"(Say whether the lock NAME is held: by which host, process and owner id, for how
 much longer, with which token, and the last token issued. With --limit locks,
 every held slot. With --json, one JSON object.
 )",
-                    k_status, "0 held; 3 free; 64 usage error; 69 Redis unavailable.");
+                    "0 held; 3 free; 64 usage error; 69 server unavailable.");
 }
 
-std::string list_help() {
-  return admin_help("fencerun [OPTIONS] list [OPTIONS] [PATTERN]",
+std::string list_help(const CommandSpec& c) {
+  return admin_help(c, "fencerun [OPTIONS] list [OPTIONS] [PATTERN]",
                     R"(List the locks held (or, with --all, also the free ones that have issued
 tokens), one line each: NAME, holder, time left, token. PATTERN is a Redis
 MATCH glob over NAMEs (* ? [abc]; default *); a NAME with those characters
 matches itself and others. Needs SCAN (fencerun acl --admin).
 )",
-                    k_list, "0 some lock listed; 3 none; 64 usage error; 69 Redis unavailable.");
+                    "0 some lock listed; 3 none; 64 usage error; 69 server unavailable.");
 }
 
-std::string break_help() {
-  return admin_help("fencerun [OPTIONS] break [OPTIONS] NAME",
+std::string break_help(const CommandSpec& c) {
+  return admin_help(c, "fencerun [OPTIONS] break [OPTIONS] NAME",
                     R"(Delete the lock NAME (every holder, or the one --owner names) and wake its
 waiters. The holder is not stopped at once: it finds the lease gone at its next
 renewal (within --renew, 10s by default), stops its command and exits 124; a
 command that ends before then is never stopped. Asks for confirmation on a
 terminal; without one, --yes is required.
 )",
-                    k_break,
                     "0 broken; 3 nothing held (or no such owner); 1 not confirmed;\n"
-                    "64 usage error; 69 Redis unavailable.");
+                    "64 usage error; 69 server unavailable.");
 }
 
-std::string bump_help() {
-  return admin_help("fencerun [OPTIONS] bump [OPTIONS] NAME --above N",
+std::string bump_help(const CommandSpec& c) {
+  return admin_help(c, "fencerun [OPTIONS] bump [OPTIONS] NAME --above N",
                     R"(Raise the token counter of NAME so that the next token is greater than N (a
 resource that accepted tokens from another counter, a restored backup). Tokens
 stay below 2^53 and a counter is never lowered: a counter raised near 2^53
 leaves the lock unusable, with no way back but deleting its keys by hand.
 )",
-                    k_bump, "0 raised (or already above N); 64 usage error;\n69 Redis unavailable.");
+                    "0 raised (or already above N); 64 usage error;\n69 server unavailable.");
 }
 
-std::string history_help() {
-  return admin_help("fencerun [OPTIONS] history [OPTIONS] NAME",
+std::string history_help(const CommandSpec& c) {
+  return admin_help(c, "fencerun [OPTIONS] history [OPTIONS] NAME",
                     R"(List the recorded runs of NAME, newest first: how each ended (ok, failed,
 stopped, lost, killed), its exit code or signal, how long it ran, when it
 ended, host, pid and token. The server keeps the last --keep-runs runs (20 by
 default) for --records-ttl (720h by default) after the last run. With --json,
 a JSON array.
 )",
-                    k_history, "0 runs listed; 3 none recorded; 64 usage error; 69 Redis\nunavailable.");
+                    "0 runs listed; 3 none recorded; 64 usage error; 69 server\nunavailable.");
 }
 
-std::string acl_help() {
-  return admin_help("fencerun acl [OPTIONS]",
+std::string acl_help(const CommandSpec& c) {
+  return admin_help(c, "fencerun acl [OPTIONS]",
                     R"(Print the least-privilege Redis ACL rule for fencerun: the commands that run,
 status, break, bump, fence redis and --version -r send, on the keys and
 channels under --key-prefix. Use it as: redis-cli ACL SETUSER locker on
 '>PASSWORD' $(fencerun acl).
 )",
-                    k_acl, "0; 64 usage error.");
+                    "0; 64 usage error.");
 }
 
-std::string fence_help() {
+std::string fence_help(const CommandSpec& c) {
   return R"(Usage: fencerun fence file [--token N] [--read] [--] PATH
        fencerun fence redis [OPTIONS] [--] CMD [ARG...]
        fencerun fence sql postgresql|mysql|sqlite
@@ -780,7 +897,7 @@ than the greatest token the resource has accepted.
                         (postgresql), a procedure (mysql, also mariadb) or a
                         view with a trigger (sqlite)
 
-)" + options_section(k_fence) +
+)" + options_section(c.options) +
          R"(
 The token comes from --token N, else $FENCERUN_TOKEN (a positive integer below
 2^53). A token equal to the greatest accepted one is accepted.
@@ -793,7 +910,7 @@ See fencerun(1) for details.
 )";
 }
 
-std::string fence_file_help() {
+std::string fence_file_help(const CommandSpec& c) {
   return R"(Usage: fencerun fence file [OPTIONS] [--] PATH
 
 Replace PATH with standard input, only when the fencing token is not older
@@ -807,7 +924,7 @@ accepted, or reject it when stale) and print PATH on standard output, so that
 an older owner's later write is rejected: fence the read of every
 read-modify-write, then write with the same token.
 
-)" + options_section(k_fence_file) +
+)" + options_section(c.options) +
          R"(
 Exit status: 0 accepted; 77 stale token rejected; 64 usage error, also a
 missing or malformed token; 1 the write failed (I/O error, a side file that is
@@ -816,7 +933,7 @@ written).
 )";
 }
 
-std::string fence_redis_help() {
+std::string fence_redis_help(const CommandSpec& c) {
   return R"(Usage: fencerun fence redis [OPTIONS] [--] CMD [ARG...]
 
 Run the Redis command CMD only when the fencing token is not older than the
@@ -826,14 +943,14 @@ Options end at CMD (or at --); CMD and its arguments reach Redis byte for
 byte, at most )" + std::to_string(config::k_fence_max_command_words) + R"( words. Inside a fencerun job, the run's server,
 TLS settings and credentials are used unless -r is given.
 
-)" + options_section(k_fence_redis) +
-         "\n" + s(k_password_help) + R"(
+)" + options_section(c.options) +
+         "\n" + s(k_redis_password_help) + R"(
 Exit status: 0 accepted; 77 stale token rejected; 64 usage error, also a
 missing or malformed token; 69 Redis unavailable; 1 an error reply from CMD.
 )";
 }
 
-std::string fence_sql_help() {
+std::string fence_sql_help(const CommandSpec& c) {
   return R"(Usage: fencerun fence sql [OPTIONS] postgresql|mysql|sqlite
 
 Print the schema of the SQL guard for a database, to load once and use in the
@@ -849,7 +966,7 @@ writer's own transaction, before its writes:
 A malformed token raises SQLSTATE 22023 (sqlite: "fencerun: invalid fencing
 token"). The same files are installed in share/fencerun.
 
-)" + options_section(k_fence_sql);
+)" + options_section(c.options);
 }
 
 std::vector<std::string> names_of(unsigned mask) {
@@ -858,40 +975,32 @@ std::vector<std::string> names_of(unsigned mask) {
     if (!(spec.commands & mask)) continue;
     if (spec.short_name) names.push_back("-" + std::string(1, spec.short_name));
     names.push_back("--" + s(spec.long_name));
+    if (!spec.alias.empty()) names.push_back("--" + s(spec.alias));
   }
   return names;
 }
 
 }  // namespace
 
-std::string help_text() { return run_help(true); }
+std::string help_text() { return top_help(k_commands.front()); }
 
 std::string help_text(std::string_view command) {
-  if (command.empty()) return help_text();
-  if (command == "run") return run_help(false);
-  if (command == "status") return status_help();
-  if (command == "list") return list_help();
-  if (command == "break") return break_help();
-  if (command == "bump") return bump_help();
-  if (command == "history") return history_help();
-  if (command == "acl") return acl_help();
-  if (command == "fence") return fence_help();
-  if (command == "fence file") return fence_file_help();
-  if (command == "fence redis") return fence_redis_help();
-  if (command == "fence sql") return fence_sql_help();
+  for (const auto& c : k_commands)
+    if (c.help && c.name == command) return c.help(c);
   return {};
 }
 
 std::vector<std::string> help_commands() {
-  return {"",    "run",   "status",     "list",        "break",    "bump",
-          "history", "acl", "fence", "fence file", "fence redis", "fence sql"};
+  std::vector<std::string> out;
+  for (const auto& c : k_commands)
+    if (c.help) out.push_back(s(c.name));
+  return out;
 }
 
 std::vector<DeclaredOptions> declared_options() {
   std::vector<DeclaredOptions> out;
-  out.push_back({"", names_of(k_run | k_version)});
   for (const auto& c : k_commands)
-    if (c.bit != k_version) out.push_back({s(c.name), names_of(c.bit)});
+    if (c.help) out.push_back({s(c.name), names_of(c.options)});
   return out;
 }
 
@@ -922,7 +1031,9 @@ config::Options parse(int argc, const char* const* argv) {
     if (message.find("--help") != std::string_view::npos) throw;
     std::string_view command;  // the longest command name the message starts with
     for (const auto& c : k_commands) {
-      if (c.bit == k_version || c.bit == k_run || c.name.size() <= command.size()) continue;
+      if (c.form == Form::top || c.form == Form::run || c.form == Form::help || c.form == Form::version ||
+          c.name.size() <= command.size())
+        continue;
       if (message.starts_with(s(c.name) + ": ") || message.starts_with(s(c.name) + " ")) command = c.name;
     }
     if (command.empty()) throw;

@@ -1,13 +1,14 @@
 #pragma once
-// The command line -> config::Options. One declared grammar (src/cli/parse.cpp: the table of
-// subcommands and options) drives the scan of argv, the checks of which subcommand takes which
-// option, every help text and the option lists the tests compare with the man page and the shell
+// The command line -> config::Options. One declared grammar (src/cli/parse.cpp: one table of
+// commands, one of options) drives the scan of argv (which word is which command), the checks of
+// which command takes which option, every help text (the list of commands in `fencerun --help`
+// too) and the command and option lists the tests compare with the man page and the shell
 // completions. Arguments from the COMMAND on (after NAME, or after `--`; for `fence redis`, CMD)
 // are never interpreted, so they arrive byte for byte.
 //
 // Grammar: fencerun [GLOBAL OPTIONS] [SUBCOMMAND] [OPTIONS] [OPERANDS] [--] [COMMAND...], where
-// SUBCOMMAND is run, status, list, break, bump, acl, fence (file|redis|sql) or help, recognised
-// after any options as git does. Without one, the first word is the NAME of a run; a first word one
+// SUBCOMMAND is one of the words of the table of commands (run, status, ..., fence GUARD, help; the
+// list `fencerun --help` prints), recognised after any options as git does. Without one, the first word is the NAME of a run; a first word one
 // edit away from a subcommand is refused ("did you mean"), `fencerun run NAME` always means a lock.
 #include <string>
 #include <string_view>
@@ -28,21 +29,21 @@ config::Options parse_fence(const std::vector<std::string_view>& words);
 // The text of `fencerun --help`.
 std::string help_text();
 
-// The help of one command: "" (the same as help_text()), "run", "status", "list", "break", "bump",
-// "acl", "fence", "fence file", "fence redis" or "fence sql". Empty for anything else.
+// The help of one command: any name help_commands() returns ("" is the same as help_text()).
+// Empty for anything else.
 std::string help_text(std::string_view command);
 
-// The option names ("-r", "--redis", ...) each command takes, from the grammar: "" (the top level:
-// run's options and --version), "run", "status", "list", "break", "bump", "acl", "fence",
-// "fence file", "fence redis", "fence sql". For the test that every declared option is in the help
-// and nothing else is.
+// The option names ("-r", "--server", "--redis", ...) each command of help_commands() takes, from
+// the grammar ("": the top level, run's options and --version). For the test that every declared
+// option is in the help and nothing else is.
 struct DeclaredOptions {
   std::string command;
   std::vector<std::string> names;
 };
 std::vector<DeclaredOptions> declared_options();
 
-// The commands help_text() knows, in the order above.
+// The commands help_text() knows, in the table's order: "" (the top level), "run", "status", ...,
+// "fence", "fence file", ...
 std::vector<std::string> help_commands();
 
 }  // namespace fencerun::cli

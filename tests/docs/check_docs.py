@@ -10,6 +10,13 @@
                                                    option and subcommand (exit 77: skipped)
     check_docs.py events     FENCERUN SOURCE_DIR   every log event the sources emit is listed in the
                                                    man page's LOG EVENTS section, and nothing else is
+    check_docs.py commands   FENCERUN SOURCE_DIR   each list of commands in the bash, zsh and fish
+                                                   completions (the subcommands, the commands `help`
+                                                   takes, the fence guards, ...) is exactly the
+                                                   table of commands `fencerun --help` lists
+
+The commands are those of the parser's one table (src/cli/parse.cpp), as `fencerun --help` lists them
+under "Subcommands": nothing here names them.
 
 When the help text changes on purpose, regenerate the golden file from the build tree:
 
@@ -24,11 +31,6 @@ import shutil
 import subprocess
 import sys
 
-SUBCOMMANDS = ["run", "status", "list", "break", "bump", "history", "acl", "fence", "help"]
-# Every command with a help of its own (`fencerun help CMD`), and the words that select it.
-HELP_COMMANDS = [[], ["run"], ["status"], ["list"], ["break"], ["bump"], ["history"], ["acl"], ["fence"], ["fence", "file"],
-                 ["fence", "redis"], ["fence", "sql"]]
-FENCE_GUARDS = ["file", "redis", "sql"]
 SKIP = 77
 
 
@@ -38,6 +40,31 @@ def help_text(fencerun, command=()):
     if r.returncode != 0:
         sys.exit(f"`fencerun {' '.join(command)} --help` exited {r.returncode}: {r.stderr}")
     return r.stdout
+
+
+def table_commands(fencerun):
+    """The table of commands, as the "Subcommands" list of `fencerun --help` shows it: the words
+    (run, status, ..., fence, help) and the fence guards (from `fence file|redis|sql`)."""
+    text = help_text(fencerun)
+    if "\nSubcommands" not in text:
+        sys.exit("`fencerun --help` has no Subcommands list")
+    section = text.split("\nSubcommands", 1)[1].split("\n", 1)[1].split("\n\n", 1)[0]
+    words, guards = [], []
+    for line in section.splitlines():
+        m = re.match(r"^  ([a-z]+)(?: (\S+))?", line)
+        if not m:
+            continue
+        words.append(m.group(1))
+        if m.group(1) == "fence" and m.group(2):
+            guards = m.group(2).split("|")
+    if len(words) < 5 or "help" not in words or not guards:
+        sys.exit(f"found only the commands {words} and guards {guards} in `fencerun --help`; is the parser right?")
+    return words, guards
+
+
+def help_commands(words, guards):
+    """Every command with a help of its own (`fencerun help CMD`), as the words that select it."""
+    return [[]] + [[w] for w in words if w != "help"] + [["fence", g] for g in guards]
 
 
 def section_options(text):
@@ -66,6 +93,8 @@ def word(opt):
 
 
 def check_options(fencerun, src):
+    SUBCOMMANDS, FENCE_GUARDS = table_commands(fencerun)
+    HELP_COMMANDS = help_commands(SUBCOMMANDS, FENCE_GUARDS)
     options = long_options(help_text(fencerun))
     # Every subcommand's and guard's own options too.
     for command in HELP_COMMANDS:
@@ -175,6 +204,8 @@ def fish_complete(src, line):
 
 
 def check_complete(fencerun, src):
+    SUBCOMMANDS, FENCE_GUARDS = table_commands(fencerun)
+    HELP_COMMANDS = help_commands(SUBCOMMANDS, FENCE_GUARDS)
     options = long_options(help_text(fencerun))
     problems, ran = [], []
 
@@ -233,6 +264,105 @@ def check_complete(fencerun, src):
     print("completion checked with " + ", ".join(ran))
 
 
+# ---- The lists of commands in the completions against the table.
+
+def words_of(match):
+    """The words of a matched list ('run status list'), or None when the list was not found."""
+    return match.group(1).split() if match else None
+
+
+def block(text, start, end):
+    """The text from `start` (a regular expression) to the next `end` after it; "" when absent."""
+    m = re.search(start, text, re.M)
+    if not m:
+        return ""
+    rest = text[m.end():]
+    return rest[:rest.find(end)] if end in rest else rest
+
+
+def completion_lists(shell, text):
+    """Each list of commands the completion file of `shell` holds: {what: [words] or None}."""
+    if shell == "bash":
+        return {
+            "the subcommands (`fencerun <TAB>`)":
+                words_of(re.search(r"if \[\[ -z \$subcommand \]\]; then\s+COMPREPLY=\(\$\(compgen -W '([^']*)'", text)),
+            "the commands after `help`":
+                words_of(re.search(r"\$subcommand == help\b[^\n]*\n\s+COMPREPLY=\(\$\(compgen -W '([^']*)'", text)),
+            "the fence guards":
+                [w for w in words_of(re.search(r"if \[\[ -z \$guard \]\]; then\s+COMPREPLY=\(\$\(compgen -W '([^']*)'",
+                                               text)) or [] if not w.startswith("-")] or None,
+            "the subcommands with options (case $subcommand)":
+                re.findall(r"^\s+([a-z]+)\) COMPREPLY", block(text, r"if \[\[ \$cur == -\* \]\]; then\n\s+case \$subcommand in",
+                                                           "esac"), re.M) or None,
+        }
+    if shell == "zsh":
+        return {
+            "the subcommands (subcommands=(...))":
+                re.findall(r"'([a-z]+):", block(text, r"subcommands=\(", ")\n")) or None,
+            "the commands after `help` (compadd)":
+                words_of(re.search(r"^\s+\(help\)\n[^\n]*compadd ([a-z ]+)$", text, re.M)),
+            "the fence guards (guards=(...))":
+                re.findall(r"'([a-z]+):", block(text, r"guards=\(", ")\n")) or None,
+            "the subcommands with a case (case $sub)":
+                re.findall(r"^\s+\(([a-z]+)\)$", block(text, r"^  case \$sub in$", "\n  esac"), re.M) or None,
+        }
+    return {
+        "the subcommands (-n $needs_sub -a)": re.findall(r"-n \$needs_sub -a (\w+)", text) or None,
+        "the commands after `help`":
+            words_of(re.search(r"-n __fencerun_help_needs_command -a '([^']*)'", text)),
+        "the fence guards": re.findall(r"-n __fencerun_fence_needs_guard -a (\w+)", text) or None,
+        "the subcommands that are no run (__fencerun_run_form)":
+            words_of(re.search(r'function __fencerun_run_form\n.*?not contains -- "\$w" ([a-z ]+)\n', text, re.S)),
+    }
+
+
+def expected_lists(shell, words, guards):
+    """What each list of completion_lists() must hold, from the table."""
+    helped = [w for w in words if w != "help"]
+    if shell == "bash":
+        return [words, helped, guards, [w for w in words if w not in ("fence", "help")]]
+    if shell == "zsh":
+        return [words, helped, guards, [w for w in words if w != "fence"]]
+    return [words, helped, guards, [w for w in words if w != "run"]]
+
+
+def command_problems(shell, path, text, words, guards):
+    problems = []
+    for (what, got), want in zip(completion_lists(shell, text).items(), expected_lists(shell, words, guards)):
+        if got is None:
+            problems.append(f"{path}: {what}: the list was not found")
+            continue
+        missing = [w for w in want if w not in got]
+        extra = [w for w in got if w not in want]
+        if missing or extra or len(got) != len(set(got)):
+            problems.append(f"{path}: {what} are {' '.join(got)}; the table has {' '.join(want)}"
+                            + (f" (missing: {' '.join(missing)})" if missing else "")
+                            + (f" (not commands: {' '.join(extra)})" if extra else ""))
+    return problems
+
+
+COMPLETIONS = [("bash", "completions/fencerun.bash"), ("zsh", "completions/_fencerun"), ("fish", "completions/fencerun.fish")]
+
+
+def check_commands(fencerun, src):
+    words, guards = table_commands(fencerun)
+    problems = []
+    for shell, path in COMPLETIONS:
+        text = read(os.path.join(src, path))
+        problems += command_problems(shell, path, text, words, guards)
+        # The comparison notices a command missing from the file, or one the table does not have.
+        for mutated in (re.sub(r"\bhistory\b", "histroy", text), re.sub(r"\bbump\b", "bum", text)):
+            if not command_problems(shell, path, mutated, words, guards):
+                sys.exit(f"the check of {path} does not notice a renamed command: is the check right?")
+    if problems:
+        print("The shell completions do not list the commands of `fencerun --help`:", file=sys.stderr)
+        for p in problems:
+            print("  " + p, file=sys.stderr)
+        sys.exit(1)
+    print(f"{len(words)} commands and {len(guards)} fence guards ({' '.join(words)}; {' '.join(guards)}): "
+          f"every list of them in the bash, zsh and fish completions is the same")
+
+
 def emitted_events(src):
     """Event names passed to log::event() anywhere under src/."""
     names = set()
@@ -268,11 +398,12 @@ def check_events(fencerun, src):
 
 
 def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in ("options", "golden", "complete", "events"):
+    modes = {"options": check_options, "golden": check_golden, "complete": check_complete,
+             "events": check_events, "commands": check_commands}
+    if len(sys.argv) != 4 or sys.argv[1] not in modes:
         sys.exit(__doc__)
     mode, fencerun, src = sys.argv[1:]
-    {"options": check_options, "golden": check_golden, "complete": check_complete,
-     "events": check_events}[mode](fencerun, src)
+    modes[mode](fencerun, src)
 
 
 if __name__ == "__main__":

@@ -220,8 +220,11 @@ TEST_F(UsageAcceptedTest, MessagesNameTheSubcommandAndWhatToDo) {
       {{"-E", "abc", "job", "true"},
        "fencerun: --conflict-exit-code: 'abc' is not an exit code (0-255) (see fencerun --help)"},
       {{"-r", "", "job", "true"},
-       "fencerun: -r is empty (an unset variable?): give a URL, or leave -r out to use $FENCERUN_REDIS_URL, "
-       "$REDIS_URL or redis://127.0.0.1:6379 (see fencerun --help)"},
+       "fencerun: -r is empty (an unset variable?): give a URL, or leave -r out to use $FENCERUN_SERVER, "
+       "$FENCERUN_REDIS_URL, $REDIS_URL or redis://127.0.0.1:6379 (see fencerun --help)"},
+      {{"--server=", "job", "true"},
+       "fencerun: --server is empty (an unset variable?): give a URL, or leave --server out to use "
+       "$FENCERUN_SERVER, $FENCERUN_REDIS_URL, $REDIS_URL or redis://127.0.0.1:6379 (see fencerun --help)"},
       {{"job"}, "fencerun: missing COMMAND (usage: fencerun [OPTIONS] NAME [--] COMMAND [ARG...]) (see fencerun --help)"},
       {{"job", "--"},
        "fencerun: missing COMMAND (usage: fencerun [OPTIONS] NAME [--] COMMAND [ARG...]) (see fencerun --help)"},

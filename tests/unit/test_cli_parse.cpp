@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <initializer_list>
 #include <map>
 #include <optional>
@@ -557,7 +558,7 @@ TEST(cli_grammar, refuses_a_first_word_one_edit_away_from_a_subcommand) {
 }
 
 TEST(cli_grammar, gives_each_subcommand_its_own_help) {
-  for (const char* sub : {"run", "status", "list", "break", "bump", "acl"}) {
+  for (const char* sub : {"run", "status", "list", "break", "bump", "history", "acl"}) {
     const std::string own = fencerun::cli::help_text(sub);
     EXPECT_NE(own, fencerun::cli::help_text()) << sub;
     EXPECT_NE(own.find(std::string(" ") + sub + " "), std::string::npos) << sub;
@@ -646,4 +647,106 @@ TEST(cli, a_repeated_redis_option_keeps_every_server) {
   Options s = parse({"status", "-r", "redis://a:1", "-r", "redis://b:2", "job"});
   EXPECT_EQ(s.redis_urls, (std::vector<std::string>{"redis://a:1", "redis://b:2"}));
   EXPECT_EQ(s.lock_name, "job");
+}
+
+// --server is the same option as -r and --redis: repeatable, one URL each, in order, whichever
+// spelling, for every command that takes a server.
+TEST(cli, server_is_the_same_option_as_redis) {
+  Options o = parse({"--server", "redis://a:1", "-r", "redis://b:2", "--redis", "redis://c:3", "--server=unix:///s",
+                     "job", "--", "true"});
+  EXPECT_EQ(o.redis_urls, (std::vector<std::string>{"redis://a:1", "redis://b:2", "redis://c:3", "unix:///s"}));
+  EXPECT_EQ(o.lock_name, "job");
+  EXPECT_EQ(o.command, (Args{"true"}));
+  EXPECT_EQ(parse({"job", "--server", "etcd://e1:2379,e2:2379", "true"}).redis_urls,
+            std::vector<std::string>{"etcd://e1:2379,e2:2379"});
+  for (const char* sub : {"status", "list", "break", "bump", "history"})
+    EXPECT_EQ(parse({sub, "--server", "redis://h", "x"}).redis_urls, std::vector<std::string>{"redis://h"}) << sub;
+  EXPECT_EQ(parse({"--server", "redis://h", "--version"}).subcommand, Subcommand::version);
+  Options f = parse({"fence", "redis", "--server", "redis://h", "--token", "3", "--resource", "r", "--", "PING"});
+  EXPECT_EQ(f.redis_urls, std::vector<std::string>{"redis://h"});
+  EXPECT_EQ(f.command, (Args{"PING"}));
+  // Its messages name it as typed.
+  EXPECT_EQ(usage_error({"--server"}), "--server needs a value (URL)");
+  EXPECT_EQ(usage_error({"--server", "", "x", "true"}),
+            "--server is empty (an unset variable?): give a URL, or leave --server out to use $FENCERUN_SERVER, "
+            "$FENCERUN_REDIS_URL, $REDIS_URL or redis://127.0.0.1:6379");
+  EXPECT_EQ(usage_error({"--servr", "x", "true"}), "unrecognized option '--servr', did you mean '--server'?");
+  EXPECT_EQ(usage_error({"--reddis", "x", "true"}), "unrecognized option '--reddis', did you mean '--redis'?");
+  EXPECT_EQ(usage_error({"acl", "--server", "redis://h"}),
+            "acl does not take --server (an option of run, status, list, break, bump, history and fence redis); "
+            "see fencerun acl --help");
+  // Declared (and so documented) under both long names, with -r.
+  for (const auto& d : fencerun::cli::declared_options()) {
+    const bool server = std::ranges::find(d.names, "--redis") != d.names.end();
+    EXPECT_EQ(std::ranges::find(d.names, "--server") != d.names.end(), server) << d.command;
+    EXPECT_EQ(std::ranges::find(d.names, "-r") != d.names.end(), server) << d.command;
+  }
+  EXPECT_NE(fencerun::cli::help_text().find("\n  -r, --server, --redis URL\n"), std::string::npos);
+}
+
+// The help of every command that takes a server names each kind: Redis's schemes, etcd's, and
+// quorum mode.
+TEST(cli_help, names_redis_etcd_and_quorum_mode) {
+  for (const char* command : {"", "run", "status", "list", "break", "history", "fence redis"}) {
+    const std::string help = fencerun::cli::help_text(command);
+    for (const char* word : {"redis://", "rediss://", "unix://", "redis+sentinel://", "rediss+sentinel://", "etcd://",
+                             "etcds://", "-r given 3, 5 or 7 times", "$FENCERUN_SERVER"})
+      EXPECT_NE(help.find(word), std::string::npos) << "'" << command << "': " << word;
+  }
+  for (const char* command : {"", "run"})
+    EXPECT_NE(fencerun::cli::help_text(command).find("an etcd cluster"), std::string::npos) << command;
+  EXPECT_EQ(fencerun::cli::help_text("acl").find("etcd://"), std::string::npos);
+}
+
+namespace {
+
+// The words `fencerun --help` lists under "Subcommands", in order.
+std::vector<std::string> listed_commands(const std::string& help) {
+  std::vector<std::string> words;
+  std::istringstream in(help);
+  std::string line;
+  bool in_section = false;
+  while (std::getline(in, line)) {
+    if (!in_section) {
+      in_section = line.starts_with("Subcommands");
+      continue;
+    }
+    if (line.empty()) break;
+    if (line.starts_with("  ") && line[2] != ' ') words.push_back(line.substr(2, line.find(' ', 2) - 2));
+  }
+  return words;
+}
+
+}  // namespace
+
+// One table of commands: what `fencerun --help` lists is what the parser dispatches and what has a help.
+TEST(cli_help, lists_every_command_the_parser_knows) {
+  const std::vector<std::string> listed = listed_commands(fencerun::cli::help_text());
+  EXPECT_EQ(listed, (std::vector<std::string>{"run", "status", "list", "break", "bump", "history", "acl", "fence",
+                                              "help"}));
+  EXPECT_NE(fencerun::cli::help_text().find("\n  history NAME             the recorded runs of NAME, newest first\n"),
+            std::string::npos);
+  EXPECT_NE(fencerun::cli::help_text().find("\n  fence file|redis|sql     "), std::string::npos);
+  // Every command with a help of its own is listed (as its first word), and every listed word but
+  // help is a command whose --help and `help WORD` are its own help.
+  std::vector<std::string> helped;
+  for (const std::string& c : fencerun::cli::help_commands())
+    if (!c.empty() && c.find(' ') == std::string::npos) helped.push_back(c);
+  helped.push_back("help");
+  EXPECT_EQ(helped, listed);
+  for (const std::string& word : listed) {
+    if (word == "help") continue;
+    const std::string own = fencerun::cli::help_text(word);
+    EXPECT_FALSE(own.empty()) << word;
+    EXPECT_EQ(parse({word.c_str(), "--help"}).help_text, own) << word;
+    EXPECT_EQ(parse({"help", word.c_str()}).help_text, own) << word;
+  }
+  // The same table answers `help` with a wrong command, and picks the typo's subcommand.
+  EXPECT_EQ(usage_error({"help", "histroy"}),
+            "help: no help for 'histroy' (commands: run, status, list, break, bump, history, acl, fence, fence file, "
+            "fence redis, fence sql)");
+  EXPECT_EQ(usage_error({"histroy", "x"}).rfind("'histroy' is not a subcommand: did you mean 'history'?", 0), 0u);
+  EXPECT_EQ(fencerun::cli::help_commands(),
+            (std::vector<std::string>{"", "run", "status", "list", "break", "bump", "history", "acl", "fence",
+                                      "fence file", "fence redis", "fence sql"}));
 }
