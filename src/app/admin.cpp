@@ -4,7 +4,6 @@
 // bump raises a token counter that went backwards.
 #include <unistd.h>
 
-#include <cctype>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -26,9 +25,7 @@ void print(const std::string& s) {
 
 // The backend's own event for a server it cannot use: redis_unavailable, etcd_unavailable.
 int unavailable(const config::Config& c, const lease::Error& e, const std::string& lock) {
-  std::string event(c.common.server_kind());
-  for (char& ch : event) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  log::event(log::Level::error, event + "_unavailable",
+  log::event(log::Level::error, std::string(c.common.target->unavailable_event()),
              "cannot use " + std::string(c.common.server_kind()) + " at " + c.common.redacted_url() + ": " + e.message,
              {{"lock", lock}, {"kind", lease::to_string(e.kind)}});
   return exit_code::k_unavailable;

@@ -133,6 +133,8 @@ class Target {
   virtual std::string_view backend() const = 0;
   // What the locks live on, for messages: "Redis", "etcd".
   virtual std::string_view server_kind() const = 0;
+  // The log event for a server that cannot be used: redis_unavailable, etcd_unavailable.
+  virtual std::string_view unavailable_event() const = 0;
   // The URL (every server's, separated by spaces, for several) without any password.
   virtual const std::string& redacted_url() const = 0;
   // --tls-insecure was given for a TLS connection.

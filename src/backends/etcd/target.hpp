@@ -17,6 +17,7 @@ class EtcdUrlTarget final : public lease::Target {
   EtcdUrlTarget(EtcdEndpoint endpoint, std::string url) : m_endpoint(std::move(endpoint)), m_url(std::move(url)) {}
   std::string_view backend() const override { return "etcd"; }
   std::string_view server_kind() const override { return "etcd"; }
+  std::string_view unavailable_event() const override { return "etcd_unavailable"; }
   const std::string& redacted_url() const override { return m_url; }
   bool tls_insecure() const override { return m_endpoint.tls_settings.insecure; }
   void check_files() const override { util::check_tls_files(m_endpoint.tls_settings); }

@@ -20,6 +20,7 @@ class QuorumUrlTarget final : public lease::Target {
                   std::chrono::milliseconds max_ttl);
   std::string_view backend() const override { return "quorum"; }
   std::string_view server_kind() const override { return "Redis"; }
+  std::string_view unavailable_event() const override { return "redis_unavailable"; }
   const std::string& redacted_url() const override { return m_url; }
   bool tls_insecure() const override { return m_servers.front().tls.insecure; }
   void check_files() const override;

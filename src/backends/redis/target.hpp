@@ -16,6 +16,7 @@ class RedisUrlTarget final : public lease::Target {
   RedisUrlTarget(RedisEndpoint endpoint, std::string url) : m_endpoint(std::move(endpoint)), m_url(std::move(url)) {}
   std::string_view backend() const override { return "redis"; }
   std::string_view server_kind() const override { return "Redis"; }
+  std::string_view unavailable_event() const override { return "redis_unavailable"; }
   const std::string& redacted_url() const override { return m_url; }
   bool tls_insecure() const override { return m_endpoint.tls.insecure; }
   void check_files() const override { util::check_tls_files(m_endpoint.tls); }
