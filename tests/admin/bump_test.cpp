@@ -70,14 +70,24 @@ TEST_F(BumpTest, NameWithoutATokenYet) {
 }
 
 TEST_F(BumpTest, LargestAcceptedN) {
-  const std::string max = "9007199254740991";  // 2^53 - 1
+  const std::string max = "9007199254740990";  // 2^53 - 2: the next token (2^53 - 1) is still below 2^53
   RunResult b = run({"bump", "-r", url(), "top", "--above", max});
   ASSERT_EQ(b.exit_code, 0) << b;
   EXPECT_EQ(counter("top"), max);
-  // No token is left below 2^53: fencerun refuses to run instead of issuing a wrong one.
+  RunResult r = run(sh_args(url(), "top", "echo $FENCERUN_TOKEN > token"));
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(read_file(file("token")).value_or(""), "9007199254740991\n");
+}
+
+// One more would leave the lock no token to issue (every later run would fail until the counter was
+// deleted by hand): refused before anything is written.
+TEST_F(BumpTest, AboveThatLeavesNoTokenIsRefused) {
+  RunResult b = run({"bump", "-r", url(), "top", "--above", "9007199254740991"});
+  EXPECT_EQ(b.exit_code, 64) << b;
+  EXPECT_NE(b.err.find("--above: 9007199254740991 leaves no token to issue"), std::string::npos) << b;
+  EXPECT_EQ(counter("top"), "(none)");
   RunResult r = run(sh_args(url(), "top", "touch ran"));
-  EXPECT_NE(r.exit_code, 0) << r;
-  EXPECT_FALSE(std::filesystem::exists(file("ran")));
+  EXPECT_EQ(r.exit_code, 0) << r;
 }
 
 }  // namespace

@@ -60,20 +60,24 @@ TEST(QuorumCli, RefusesServersThatMixTlsAndPlainConnections) {
 }
 
 TEST(QuorumCli, RefusesOptionsQuorumModeDoesNotSupport) {
+  // The backend's declared capabilities decide (backends/registry.cpp), in one message format.
   expect_usage(with(servers(3), {"--fair", "job", "--", "true"}),
-               "--fair: not supported in quorum mode (several --redis servers)");
+               "--fair: not supported on quorum (3, 5 or 7 independent Redis servers)");
   expect_usage(with(servers(3), {"--limit", "2", "job", "--", "true"}),
-               "--limit: only 1 in quorum mode (several --redis servers), got 2");
+               "--limit: not supported on quorum (3, 5 or 7 independent Redis servers)");
   expect_usage(with(servers(3), {"--min-replicas", "1", "job", "--", "true"}),
-               "--min-replicas: not supported in quorum mode (several --redis servers)");
+               "--min-replicas: not supported on quorum (3, 5 or 7 independent Redis servers): a majority of "
+               "independent servers takes the place of replica acknowledgement");
 }
 
 TEST(QuorumCli, RefusesSeveralServersForCommandsOtherThanRunStatusAndList) {
-  for (std::vector<std::string> cmd : {std::vector<std::string>{"bump", "job", "--above", "5"}, {"break", "job"}})
-    expect_usage(with(cmd, servers(3)),
-                 "--redis: several servers (quorum mode) are for run, status, list and history only; give one");
+  expect_usage(with({"bump", "job", "--above", "5"}, servers(3)),
+               "bump: not supported on quorum (3, 5 or 7 independent Redis servers): give one server's URL");
+  expect_usage(with({"break", "job"}, servers(3)),
+               "break: not supported on quorum (3, 5 or 7 independent Redis servers): give one server's URL");
+  expect_usage(with({"acl"}, servers(3)), "acl: not supported on quorum");
   expect_usage(with(with({"fence", "redis"}, servers(3)), {"--resource", "r", "--token", "5", "--", "GET", "k"}),
-               "--redis: several servers (quorum mode) are for run, status, list and history only; give one");
+               "fence redis: the guarded data lives in one Redis server; --redis names quorum");
 }
 
 // A bad URL among several is named as with one.

@@ -828,3 +828,64 @@ TEST(shared_connection, is_not_made_in_quorum_mode) {
   o.redis_urls = {"redis://a:1", "redis://b:2", "redis://c:3"};
   EXPECT_EQ(configure(o).common.target->share_connection(), -1);
 }
+
+namespace {
+
+// The URLs of each backend of the registry, as a run would give them.
+std::vector<std::string> urls_of(std::string_view backend) {
+  if (backend == "redis") return {"redis://127.0.0.1:6379"};
+  if (backend == "quorum") return {"redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"};
+  if (backend == "etcd") return {"etcd://127.0.0.1:2379"};
+  return {};
+}
+
+// An Options that asks for `capability`, on `urls`.
+Options asking_for(fencerun::lease::Capability capability, std::vector<std::string> urls) {
+  using C = fencerun::lease::Capability;
+  Options o = run_options();
+  o.redis_urls = std::move(urls);
+  o.ttl = "10s";
+  switch (capability) {
+    case C::limit: o.limit = "2"; break;
+    case C::fair: o.fair = true; break;
+    case C::min_replicas: o.min_replicas = 1; break;
+    case C::min_interval: o.min_interval = "1m"; break;
+    case C::break_lock: o.subcommand = Subcommand::break_lock, o.command.clear(); break;
+    case C::bump: o.subcommand = Subcommand::bump, o.command.clear(), o.bump_above = "5"; break;
+    case C::acl: o.subcommand = Subcommand::acl, o.command.clear(); break;
+    case C::shared_connection: break;
+  }
+  return o;
+}
+
+}  // namespace
+
+// Every backend of the registry: what it declares it lacks is refused, 64, in the one message format that
+// names the capability and the backend; what it declares it has is accepted.
+TEST(capabilities, every_backend_refuses_exactly_what_it_declares_it_lacks) {
+  using C = fencerun::lease::Capability;
+  const C asked[] = {C::limit, C::fair, C::min_replicas, C::min_interval, C::break_lock, C::bump, C::acl};
+  ASSERT_EQ(fencerun::lease::backends().size(), 3u);
+  for (const auto& b : fencerun::lease::backends()) {
+    const auto urls = urls_of(b.name);
+    ASSERT_FALSE(urls.empty()) << b.name << ": the test knows no URL of this backend";
+    EXPECT_EQ(configure(run_options(), {{"FENCERUN_SERVER", urls.front()}}).common.target->backend(),
+              urls.size() == 1 ? b.name : "redis");
+    for (C c : asked) {
+      const std::string error = usage_error(asking_for(c, urls));
+      const std::string what(fencerun::lease::capability_name(c));
+      if (b.capabilities.has(c)) {
+        EXPECT_EQ(error, "<no error>") << b.name << " " << what;
+      } else {
+        EXPECT_EQ(error.rfind(what + ": not supported on " + std::string(b.name) + " (" + std::string(b.summary) + ")", 0),
+                  0u)
+            << b.name << " " << what << ": " << error;
+      }
+    }
+  }
+}
+
+// --version's feature line and the hints come from the same table.
+TEST(capabilities, the_feature_line_names_every_backend) {
+  EXPECT_EQ(fencerun::lease::features_line(), "tcp unix tls sentinel cluster quorum etcd");
+}

@@ -108,6 +108,13 @@ class LockOps : public Renewer {
                                                    const Queueing& queueing, Deadline deadline) = 0;
   // A waiter gives up its place in the queue (the next one takes it).
   virtual redis::Result<void> leave_queue(std::string_view owner, Deadline deadline) = 0;
+  // One owner-checked renewal (Renewer::renew, in Redis's errors; renew() gives the seam's).
+  virtual redis::Result<RenewOutcome> renew_once(std::string_view value, std::chrono::milliseconds ttl,
+                                                 Deadline deadline, Deadline& sent) = 0;
+  Result<RenewOutcome> renew(std::string_view value, std::chrono::milliseconds ttl, Deadline deadline,
+                             Deadline& sent) final {
+    return redis::to_lease(renew_once(value, ttl, deadline, sent));
+  }
   // The record of runs: kept by the acquire and release scripts from now on (the plain lock's only).
   virtual void keep_records(RecordArgs args) { (void)args; }
   // release() that also writes the run's record (with `value` and `outcome`, when records are kept).
@@ -135,12 +142,8 @@ class LeaseClient final : public LockOps {
                                            std::string_view host, const ReplicaAck& ack, const Queueing& queueing,
                                            Deadline deadline) override;
   redis::Result<void> leave_queue(std::string_view owner, Deadline deadline) override;
-  Result<RenewOutcome> renew(std::string_view value, std::chrono::milliseconds ttl, Deadline deadline,
-                             Deadline& sent) override {
-    return redis::to_lease(renew_once(value, ttl, deadline, sent));
-  }
   redis::Result<RenewOutcome> renew_once(std::string_view value, std::chrono::milliseconds ttl, Deadline deadline,
-                                         Deadline& sent);
+                                         Deadline& sent) override;
   // With the full `value` known and the server's command table holding DELIFEQ or DELEX (the client's
   // probe says), that one command deletes the lock and the wake script rides along in the same write;
   // otherwise the release script compares the owner id.

@@ -20,12 +20,8 @@ class SlotsClient final : public LockOps {
                                            std::string_view host, const ReplicaAck& ack, const Queueing& queueing,
                                            Deadline deadline) override;
   redis::Result<void> leave_queue(std::string_view owner, Deadline deadline) override;
-  Result<RenewOutcome> renew(std::string_view value, std::chrono::milliseconds ttl, Deadline deadline,
-                             Deadline& sent) override {
-    return redis::to_lease(renew_once(value, ttl, deadline, sent));
-  }
   redis::Result<RenewOutcome> renew_once(std::string_view value, std::chrono::milliseconds ttl, Deadline deadline,
-                                         Deadline& sent);
+                                         Deadline& sent) override;
   // Releases the slot held; when no slot is known to be held (an acquire whose reply was lost), the
   // slot that holds `owner`, if any.
   redis::Result<bool> release(std::string_view owner, std::optional<std::string_view> value,
