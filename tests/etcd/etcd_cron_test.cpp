@@ -1,13 +1,10 @@
 // --min-interval and the record of runs on etcd (one 3-member cluster for the suite): which runs count
 // as a success, a killed run recorded by the next one, what status, status --json, list and history
 // show (every field against what the runs did), the records' TTL (nothing left behind), a skipped run
-// holding nothing, and a fleet of five "hosts" firing the same job every period (one run per period).
+// holding nothing. The fleet (one run per period) is in tests/contract, on every backend setup.
 #include <gtest/gtest.h>
 
 #include <csignal>
-#include <map>
-#include <sstream>
-#include <thread>
 
 #include "etcd_fixture.hpp"
 #include "util/exit_code.hpp"
@@ -378,89 +375,6 @@ class EtcdCronChaosTest : public EtcdOwnTest {
 
 TEST_F(EtcdCronChaosTest, RecordWrittenThroughAnotherMember) { record_written_through_another_member(false); }
 TEST_F(EtcdCronChaosTest, RecordWrittenAfterTheLeaderWasKilled) { record_written_through_another_member(true); }
-
-// The fleet: five "hosts" fire the same job every 3 s, each at its own offset in the period (0 to
-// 1.4 s, as clocks and slow starts spread a crontab's firings), with --min-interval 2200ms (0.8 s of
-// margin on both sides: above the spread, below the period), for 6 periods. Exactly one command runs
-// per period, every other trigger is skipped with the skip code, and no run overlaps another.
-TEST_F(EtcdCronTest, FleetRunsOncePerPeriod) {
-  constexpr int kHosts = 5;
-  constexpr int kPeriods = 6;
-  constexpr auto kPeriod = 3000ms;
-  constexpr auto kOffsetStep = 350ms;
-  constexpr int kSkipCode = 42;
-  // The command logs "<period> <token> <start ns> <end ns>" once it is done.
-  const std::string script =
-      "s=$(date +%s%N); sleep 0.2; echo \"$PERIOD $FENCERUN_TOKEN $s $(date +%s%N)\" >> runs.log";
-  struct Trigger {
-    Clock::time_point at;
-    int period, host;
-    std::unique_ptr<FencerunProcess> process;
-  };
-  std::vector<Trigger> triggers;
-  const auto t0 = Clock::now() + 500ms;
-  for (int k = 0; k < kPeriods; ++k)
-    for (int h = 0; h < kHosts; ++h) triggers.push_back({t0 + k * kPeriod + h * kOffsetStep, k, h, nullptr});
-  std::ranges::sort(triggers, {}, &Trigger::at);
-  for (auto& t : triggers) {
-    std::this_thread::sleep_until(t.at);  // the schedule itself, not a wait for a result
-    t.process = start(sh_args("c-fleet", script,
-                              {"--min-interval", "2200ms", "--wait", "10s", "--skip-exit-code",
-                               std::to_string(kSkipCode)}),
-                      {{"PERIOD", std::to_string(t.period)}});
-  }
-  std::map<int, int> ran, skipped, other;
-  for (auto& t : triggers) {
-    auto code = t.process->wait_for_exit(30s);
-    ASSERT_TRUE(code) << "host " << t.host << " period " << t.period << " did not end";
-    if (*code == 0) ++ran[t.period];
-    else if (*code == kSkipCode) ++skipped[t.period];
-    else {
-      ++other[t.period];
-      ADD_FAILURE() << "host " << t.host << " period " << t.period << ": " << t.process->result();
-    }
-  }
-  struct Line {
-    int period;
-    std::string token;
-    long long start, end;
-  };
-  std::vector<Line> lines;
-  for (const auto& l : split_lines(read_file(file("runs.log")).value_or(""))) {
-    std::istringstream in(l);
-    Line x{};
-    in >> x.period >> x.token >> x.start >> x.end;
-    ASSERT_TRUE(in) << "malformed log line: " << l;
-    lines.push_back(x);
-  }
-  std::ranges::sort(lines, {}, &Line::start);
-  int overlaps = 0;
-  for (std::size_t i = 1; i < lines.size(); ++i)
-    if (lines[i].start < lines[i - 1].end) ++overlaps;
-  std::map<int, int> logged;
-  for (const auto& l : lines) ++logged[l.period];
-
-  std::cout << "period  runs  skips  other  logged\n";
-  for (int k = 0; k < kPeriods; ++k)
-    std::cout << "  " << k << "      " << ran[k] << "     " << skipped[k] << "      " << other[k] << "      "
-              << logged[k] << "\n";
-  std::cout << "overlaps: " << overlaps << "\n";
-  for (int k = 0; k < kPeriods; ++k) {
-    EXPECT_EQ(ran[k], 1) << "period " << k;
-    EXPECT_EQ(skipped[k], kHosts - 1) << "period " << k;
-    EXPECT_EQ(logged[k], 1) << "period " << k;
-  }
-  EXPECT_EQ(overlaps, 0);
-  ASSERT_EQ(lines.size(), static_cast<std::size_t>(kPeriods));
-  // The record: one ok run per period's token, newest first.
-  auto h = history("c-fleet");
-  ASSERT_EQ(h.size(), static_cast<std::size_t>(kPeriods));
-  for (int k = 0; k < kPeriods; ++k) {
-    EXPECT_EQ(field(h[kPeriods - 1 - k], "outcome"), "ok");
-    EXPECT_EQ(field(h[kPeriods - 1 - k], "token"), lines[k].token);
-  }
-  EXPECT_TRUE(nothing_left("c-fleet", 5s));
-}
 
 }  // namespace
 }  // namespace fencerun::test

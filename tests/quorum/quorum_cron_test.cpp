@@ -1,17 +1,11 @@
 // --min-interval and the record of runs in quorum mode: every server keeps the record beside the lock
 // (written at the release, in the same step as each server's compare-and-delete); an acquisition that
-// holds a majority takes the newest success (by token) of the servers that answered. The fleet of
-// cron_fleet_test.cpp over three servers, one of them restarted empty in the middle of a run; the
-// newest record winning over an older one; a killed run; history merged over the servers.
-#include <algorithm>
+// holds a majority takes the newest success (by token) of the servers that answered. The newest record
+// winning over an older one; a killed run; history merged over the servers. The fleet (one run per
+// period, with a server restarted empty in the middle of a run) is in tests/contract.
 #include <csignal>
 #include <filesystem>
-#include <iostream>
-#include <map>
-#include <memory>
-#include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "quorum_fixture.hpp"
@@ -32,7 +26,6 @@ class QuorumCronTest : public QuorumTest {
     std::filesystem::remove_all(server(i).dir() / "appendonlydir");
     server(i).start();
   }
-  static EnvList cap(const std::string& max_ttl) { return {{"FENCERUN_QUORUM_MAX_TTL", max_ttl}}; }
   std::vector<Json> history(std::vector<std::string> extra = {}) {
     auto args = quorum({"history", "--json", "job"});
     args.insert(args.end(), extra.begin(), extra.end());
@@ -52,98 +45,6 @@ class QuorumCronTest : public QuorumTest {
     return f->text;
   }
 };
-
-constexpr int kHosts = 5;
-constexpr int kPeriods = 10;
-constexpr auto kPeriod = 2000ms;
-constexpr auto kOffsetStep = 300ms;
-constexpr int kSkipCode = 42;
-
-// Five hosts fire every 2 s at offsets 0 .. 1.2 s with --min-interval 1500ms, for 10 periods; in
-// period 5, while that period's run is under way, server 1 is killed and restarted without its data.
-// Still exactly one run per period, no overlap, and the record has every run.
-TEST_F(QuorumCronTest, FleetOneRunPerPeriodWithAServerRestartedEmpty) {
-  const EnvList env = cap("3s");
-  const std::string script =
-      "s=$(date +%s%N); sleep 0.2; echo \"$PERIOD $FENCERUN_TOKEN $s $(date +%s%N)\" >> runs.log";
-  struct Trigger {
-    Clock::time_point at;
-    int period, host;
-    std::unique_ptr<FencerunProcess> process;
-  };
-  std::vector<Trigger> triggers;
-  const auto t0 = Clock::now() + 500ms;
-  for (int k = 0; k < kPeriods; ++k)
-    for (int h = 0; h < kHosts; ++h) triggers.push_back({t0 + k * kPeriod + h * kOffsetStep, k, h, nullptr});
-  std::ranges::sort(triggers, {}, &Trigger::at);
-  // 100 ms into period 5: its first host's command is running (it sleeps 0.2 s).
-  std::jthread restarter([&] {
-    std::this_thread::sleep_until(t0 + 5 * kPeriod + 100ms);
-    restart_empty(0);
-  });
-  for (auto& t : triggers) {
-    std::this_thread::sleep_until(t.at);
-    EnvList e = env;
-    e.push_back({"PERIOD", std::to_string(t.period)});
-    t.process = start(quorum_sh("fleet", script,
-                                {"--ttl", "3s", "--min-interval", "1500ms", "--wait", "10s", "--skip-exit-code",
-                                 std::to_string(kSkipCode)}),
-                      e);
-  }
-  restarter.join();
-  std::map<int, int> ran, skipped, other;
-  for (auto& t : triggers) {
-    auto code = t.process->wait_for_exit(30s);
-    ASSERT_TRUE(code) << "host " << t.host << " period " << t.period << " did not end";
-    if (*code == 0) ++ran[t.period];
-    else if (*code == kSkipCode) ++skipped[t.period];
-    else {
-      ++other[t.period];
-      ADD_FAILURE() << "host " << t.host << " period " << t.period << ": " << t.process->result();
-    }
-  }
-  struct Line {
-    int period;
-    std::string token;
-    long long start, end;
-  };
-  std::vector<Line> lines;
-  for (const auto& l : split_lines(read_file(file("runs.log")).value_or(""))) {
-    std::istringstream in(l);
-    Line x{};
-    in >> x.period >> x.token >> x.start >> x.end;
-    ASSERT_TRUE(in) << "malformed log line: " << l;
-    lines.push_back(x);
-  }
-  std::ranges::sort(lines, {}, &Line::start);
-  int overlaps = 0;
-  for (std::size_t i = 1; i < lines.size(); ++i)
-    if (lines[i].start < lines[i - 1].end) ++overlaps;
-  std::map<int, int> logged;
-  for (const auto& l : lines) ++logged[l.period];
-  std::cout << "[ quorum fleet ] period  runs  skips  other  logged   (server 1 restarted empty in period 5)\n";
-  for (int k = 0; k < kPeriods; ++k)
-    std::cout << "[ quorum fleet ]   " << k << "      " << ran[k] << "     " << skipped[k] << "      " << other[k]
-              << "      " << logged[k] << "\n";
-  std::cout << "[ quorum fleet ] overlaps: " << overlaps << "\n";
-  for (int k = 0; k < kPeriods; ++k) {
-    EXPECT_EQ(ran[k], 1) << "period " << k;
-    EXPECT_EQ(skipped[k], kHosts - 1) << "period " << k;
-    EXPECT_EQ(logged[k], 1) << "period " << k;
-  }
-  EXPECT_EQ(overlaps, 0);
-  ASSERT_EQ(lines.size(), static_cast<std::size_t>(kPeriods));
-  // The record, merged over the servers: every run, ok, newest first, although server 1 has only the
-  // runs since its restart.
-  auto h = run(quorum({"history", "--json", "fleet"}));
-  auto j = parse_json(h.out);
-  ASSERT_TRUE(j) << h;
-  ASSERT_EQ(j->items.size(), static_cast<std::size_t>(kPeriods)) << h;
-  for (int k = 0; k < kPeriods; ++k) {
-    EXPECT_EQ(field(j->items[kPeriods - 1 - k], "outcome"), "ok");
-    EXPECT_EQ(field(j->items[kPeriods - 1 - k], "token"), lines[k].token);
-  }
-}
 
 // The servers disagree on the last success: server 3 was down during the newer one. A run that holds
 // servers 2 and 3 must go by the newest token (server 2's), not by server 3's older record.

@@ -1,0 +1,223 @@
+// The contract scenarios with faults, run on every setup, each test on a setup of its own (label
+// chaos): the servers frozen under a holder, a holder frozen past its lease, a holder killed, and a
+// server fault in the middle of a run.
+#include <csignal>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "contract_fixture.hpp"
+
+namespace fencerun::test::contract {
+namespace {
+
+constexpr int kBusy = 75;
+constexpr int kLeaseLost = 124;
+
+// The command of a second run: records its token, and whether the first run's command (its pid in
+// the file `pid`) still ran when this one started, which would be two holders at once.
+inline constexpr const char* kSecondJob =
+    "a=$(cat pid); if [ -e /proc/$a/status ] && ! grep -q '^State:[[:space:]]*[ZX]' /proc/$a/status; "
+    "then echo \"$a\" > overlap; fi; echo \"$FENCERUN_TOKEN\" > token2; echo $$ > pid2";
+
+// 5. The lease lost because the servers stop answering (frozen: a majority of them, or the only
+// one): the command and its process group are stopped before the lease can have expired on the
+// server, and fencerun exits 124.
+class LeaseLostChaos : public ContractChaosTest {};
+
+TEST_P(LeaseLostChaos, JobStoppedBeforeTheLeaseEnds) {
+  constexpr auto kTtl = 3s;
+  auto holder = start(sh_args("lost", kHoldJob, {"--ttl", "3s"}));
+  const pid_t pid = wait_pid("pid");
+  const pid_t gpid = wait_pid("gpid");
+  wait_token("token");
+  ASSERT_TRUE(holder->running()) << holder->result();
+  backend().lose_majority();
+  // Every renewal sent from now on fails: the last one that succeeded was sent before this instant.
+  const auto frozen = Clock::now();
+  Clock::time_point job_dead{};
+  ASSERT_TRUE(wait_until(
+      [&] {
+        if (!process_dead(pid) || !process_dead(gpid)) return false;
+        job_dead = Clock::now();
+        return true;
+      },
+      kTtl + 5s, 1ms))
+      << "the job still runs " << ms_between(frozen, Clock::now()) << " ms after the servers froze";
+  std::cout << "[ lease lost ] job dead " << ms_between(frozen, job_dead) << " ms after the freeze (TTL "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(kTtl).count() << " ms)\n";
+  EXPECT_LT(job_dead - frozen, kTtl + 1s) << "the job outlived the lease";
+  ASSERT_TRUE(holder->wait_for_exit(30s)) << holder->result();
+  EXPECT_EQ(*holder->exit_code(), kLeaseLost) << holder->result();
+  backend().thaw_all();
+}
+
+INSTANTIATE_TEST_SUITE_P(Contract, LeaseLostChaos, kAllSetups, setup_name);
+
+// 6. Owner-checked release: a holder frozen (SIGSTOP) past its lease has its job stopped by the
+// watchdog; the next run gets the lock; the first fencerun, thawed, exits 124 and its release does
+// not delete the new holder's lock (which keeps the lock, and releases it itself at the end).
+class ReleaseChaos : public ContractChaosTest {};
+
+TEST_P(ReleaseChaos, LostHolderDoesNotDeleteTheNextOwnersLock) {
+  auto first = start(sh_args("rel", kHoldJob, {"--ttl", "2s"}));
+  const pid_t pid = wait_pid("pid");
+  const pid_t gpid = wait_pid("gpid");
+  const long long t1 = wait_token("token");
+  ASSERT_TRUE(first->signal(SIGSTOP));
+  // The second run waits for the first one's lease to run out.
+  auto second = start(sh_args("rel", std::string(kSecondJob) + "; while [ ! -e go2 ]; do sleep 0.02; done",
+                              {"--wait", "30s", "--ttl", "4s"}));
+  const pid_t pid2 = wait_pid("pid2", 30s);
+  (void)pid2;
+  EXPECT_FALSE(std::filesystem::exists(file("overlap"))) << "the frozen holder's command still ran";
+  EXPECT_TRUE(process_dead(pid) && process_dead(gpid)) << "the frozen holder's job still ran";
+  const long long t2 = wait_token("token2");
+  EXPECT_GT(t2, t1);
+  ASSERT_TRUE(first->signal(SIGCONT));
+  ASSERT_TRUE(first->wait_for_exit(30s)) << first->result();
+  EXPECT_EQ(*first->exit_code(), kLeaseLost) << first->result();
+  // The second run still holds the lock: status names it, a run that does not wait is busy.
+  auto [code, j] = status_json("rel");
+  EXPECT_EQ(code, 0) << "the lock is gone after the first holder's release";
+  ASSERT_TRUE(j);
+  EXPECT_EQ(json_int_of(j->find("pid")), second->pid());
+  EXPECT_EQ(json_int_of(j->find("token")), t2);
+  auto third = run(sh_args("rel", "touch third", {"--wait", "0"}));
+  EXPECT_EQ(third.exit_code, kBusy) << third;
+  EXPECT_TRUE(second->running());
+  touch("go2");
+  ASSERT_TRUE(second->wait_for_exit(30s)) << second->result();
+  // 0, not 124: its own release found its lock in place.
+  EXPECT_EQ(*second->exit_code(), 0) << second->result();
+}
+
+INSTANTIATE_TEST_SUITE_P(Contract, ReleaseChaos, kAllSetups, setup_name);
+
+// 10. A holder's fencerun killed with SIGKILL: its job dies with it, the next run gets the lock once
+// the TTL has run out (not much later), and the record shows the killed run.
+class KilledHolderChaos : public ContractChaosTest {};
+
+TEST_P(KilledHolderChaos, NextRunGetsTheLockAndTheRecordShowsTheKill) {
+  constexpr auto kTtl = 2s;
+  auto holder = start(sh_args("kill", kHoldJob, {"--ttl", "2s"}));
+  const pid_t pid = wait_pid("pid");
+  const pid_t gpid = wait_pid("gpid");
+  const long long token = wait_token("token");
+  const pid_t killed = holder->pid();
+  auto waiter = start(sh_args("kill", "echo \"$FENCERUN_TOKEN\" > token2; echo $$ > pid2", {"--wait", "30s"}));
+  ASSERT_TRUE(holder->signal(SIGKILL));
+  const auto killed_at = Clock::now();
+  holder->wait_for_exit(10s);
+  EXPECT_TRUE(wait_dead(pid, 5s)) << "the command outlived its killed fencerun";
+  EXPECT_TRUE(wait_dead(gpid, 5s)) << "a process of the job outlived its killed fencerun";
+  wait_pid("pid2", 30s);
+  const auto acquired = Clock::now();
+  ASSERT_TRUE(waiter->wait_for_exit(30s)) << waiter->result();
+  EXPECT_EQ(*waiter->exit_code(), 0) << waiter->result();
+  std::cout << "[ killed holder ] the next run held the lock " << ms_between(killed_at, acquired)
+            << " ms after the kill (TTL 2000 ms)\n";
+  EXPECT_LT(acquired - killed_at, kTtl + 3s) << "the lock stayed blocked long after the TTL";
+  EXPECT_GT(wait_token("token2"), token);
+  auto h = admin({"history", "kill", "--json"});
+  auto j = parse_json(h.out);
+  ASSERT_TRUE(j && j->kind == Json::Kind::Array) << h;
+  ASSERT_EQ(j->items.size(), 2u) << h;
+  EXPECT_EQ(field(j->items[0], "outcome"), "ok") << h;
+  EXPECT_EQ(field(j->items[1], "outcome"), "killed") << h;
+  EXPECT_EQ(field(j->items[1], "pid"), std::to_string(killed)) << h;
+  EXPECT_EQ(field(j->items[1], "token"), std::to_string(token)) << h;
+}
+
+INSTANTIATE_TEST_SUITE_P(Contract, KilledHolderChaos, kAllSetups, setup_name);
+
+// 11. A server fault in the middle of a run:
+//   redis     the server killed and started again without its data: the holder finds its lock gone
+//             (124, its job stopped), and the next run's token is still greater;
+//   sentinel  a failover to the replica (which has the lock): the run goes on, or stops with 124;
+//   quorum    one of the three servers killed: the majority holds, the run goes on and ends with 0;
+//   etcd      the leader killed: the run goes on, or stops with 124.
+// In every case a run that waits gets the lock afterwards with a greater token, and, but on the
+// single server that lost its data, never while the first job still runs.
+class ServerFaultChaos : public ContractChaosTest {};
+
+TEST_P(ServerFaultChaos, RunSurvivesOrStopsSafely) {
+  auto first = start(sh_args("fault", kHoldJob, {"--ttl", "3s"}));
+  const pid_t pid = wait_pid("pid");
+  const pid_t gpid = wait_pid("gpid");
+  const long long t1 = wait_token("token");
+  std::string fault;
+  switch (setup()) {
+    case SetupId::redis:
+      fault = "server restarted empty";
+      backend_as<RedisBackend>().server().restart();
+      break;
+    case SetupId::sentinel: {
+      auto& s = backend_as<SentinelBackend>();
+      // The replica has the lock before the failover (a replica that lacks it hands the lock to the
+      // next run while this job still runs: asynchronous replication, not what is tested here).
+      const auto value = s.master().get(lock_key("fault"));
+      ASSERT_TRUE(value) << "the holder runs but the master has no lock";
+      ASSERT_TRUE(deploy::wait_replicated(s.replica(), lock_key("fault"), value)) << "the lock never reached the replica";
+      fault = "sentinel failover";
+      s.failover();
+      break;
+    }
+    case SetupId::quorum:
+      fault = "one of three servers killed";
+      backend_as<QuorumBackend>().server(0).stop();
+      break;
+    case SetupId::etcd: {
+      auto& c = backend_as<EtcdBackend>().cluster();
+      const int leader = c.leader();
+      ASSERT_GE(leader, 0);
+      fault = "etcd leader killed";
+      c.kill(leader);
+      break;
+    }
+  }
+  const auto fault_at = Clock::now();
+  // A second run waits for the lock meanwhile.
+  auto second = start(sh_args("fault", kSecondJob, {"--wait", "60s", "--ttl", "3s"}));
+  if (setup() == SetupId::quorum) {
+    // While one server is down the others hold the lock: a run that does not wait is busy.
+    auto r = run(sh_args("fault", "touch intruded", {"--wait", "0"}));
+    EXPECT_EQ(r.exit_code, kBusy) << r;
+  }
+  // Two TTLs after the fault, the first run either still runs or has stopped.
+  const bool stopped = wait_until([&] { return !first->running(); }, 6s, 20ms);
+  const bool survived = !stopped;
+  std::cout << "[ " << fault << " ] the first run " << (survived ? "ran on" : "stopped") << " ("
+            << ms_between(fault_at, Clock::now()) << " ms after the fault)\n";
+  touch("go");
+  ASSERT_TRUE(first->wait_for_exit(30s)) << first->result();
+  const RunResult fr = first->result();
+  if (fr.exit_code != 0) std::cout << "[ " << fault << " ] the first run exited " << fr.exit_code << ":\n" << fr.err;
+  EXPECT_TRUE(process_dead(pid) && process_dead(gpid)) << "the first run's job outlived its fencerun";
+  switch (setup()) {
+    case SetupId::redis:
+      EXPECT_EQ(fr.exit_code, kLeaseLost) << "its lock was gone with the server's data\n" << fr;
+      break;
+    case SetupId::quorum:
+      EXPECT_EQ(fr.exit_code, 0) << "a majority of the servers held the lock\n" << fr;
+      break;
+    default:
+      EXPECT_TRUE(fr.exit_code == 0 || fr.exit_code == kLeaseLost) << fr;
+      if (fr.exit_code == kLeaseLost) {
+        EXPECT_FALSE(survived) << "stopped only at the end\n" << fr;
+      }
+  }
+  ASSERT_TRUE(second->wait_for_exit(60s)) << second->result();
+  EXPECT_EQ(*second->exit_code(), 0) << second->result();
+  EXPECT_GT(wait_token("token2"), t1) << "the token after the fault is not greater";
+  if (setup() != SetupId::redis) {
+    EXPECT_FALSE(std::filesystem::exists(file("overlap"))) << "two holders at once after: " << fault;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Contract, ServerFaultChaos, kAllSetups, setup_name);
+
+}  // namespace
+}  // namespace fencerun::test::contract
