@@ -75,7 +75,6 @@ TEST(QuorumCli, RefusesSeveralServersForCommandsOtherThanRunStatusAndList) {
                "bump: not supported on quorum (3, 5 or 7 independent Redis servers): give one server's URL");
   expect_usage(with({"break", "job"}, servers(3)),
                "break: not supported on quorum (3, 5 or 7 independent Redis servers): give one server's URL");
-  expect_usage(with({"acl"}, servers(3)), "acl: not supported on quorum");
   expect_usage(with(with({"fence", "redis"}, servers(3)), {"--resource", "r", "--token", "5", "--", "GET", "k"}),
                "fence redis: the guarded data lives in one Redis server; --redis names quorum");
 }
