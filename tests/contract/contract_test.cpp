@@ -304,3 +304,42 @@ INSTANTIATE_TEST_SUITE_P(Contract, Inspect, kAllSetups, setup_name);
 
 }  // namespace
 }  // namespace fencerun::test::contract
+
+namespace fencerun::test::contract {
+namespace {
+
+// 7. The job's environment (lease/facts.hpp, written once for every backend): the token, the lock,
+// the owner, the TTL, the slot and the limit, and the server's URL without a password, the same
+// names on every backend.
+class Environment : public ContractTest {};
+
+TEST_P(Environment, TheJobIsToldItsLease) {
+  auto r = run(sh_args("envjob",
+                       "printf '%s|%s|%s|%s|%s|%s|%s\\n' \"$FENCERUN_TOKEN\" \"$FENCERUN_LOCK\" \"$FENCERUN_OWNER\" "
+                       "\"$FENCERUN_TTL_MS\" \"$FENCERUN_SLOT\" \"$FENCERUN_LIMIT\" \"${FENCERUN_REDIS_URL:-$FENCERUN_ETCD_URL}\"",
+                       {"--ttl", "3s"}));
+  ASSERT_EQ(r.exit_code, 0) << r;
+  std::vector<std::string> f;
+  std::string line = trim(r.out);
+  for (std::size_t start = 0;;) {
+    const auto bar = line.find('|', start);
+    f.push_back(line.substr(start, bar == std::string::npos ? std::string::npos : bar - start));
+    if (bar == std::string::npos) break;
+    start = bar + 1;
+  }
+  ASSERT_EQ(f.size(), 7u) << r;
+  ASSERT_TRUE(token_of(f[0])) << r;
+  EXPECT_EQ(f[1], "envjob");
+  EXPECT_EQ(f[2].size(), 32u) << "128 random bits, hex: " << f[2];
+  EXPECT_TRUE(is_lower_hex(f[2])) << f[2];
+  EXPECT_EQ(f[3], "3000");
+  EXPECT_EQ(f[4], "0");
+  EXPECT_EQ(f[5], "1");
+  EXPECT_FALSE(f[6].empty()) << "the server's URL";
+  EXPECT_EQ(f[6].find('@'), std::string::npos) << "no credentials in the job's environment: " << f[6];
+}
+
+INSTANTIATE_TEST_SUITE_P(Contract, Environment, kAllSetups, setup_name);
+
+}  // namespace
+}  // namespace fencerun::test::contract
