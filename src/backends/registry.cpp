@@ -50,12 +50,15 @@ constexpr Capabilities without(Capabilities all, std::span<const Unsupported> la
 
 // The table. A quorum and one Redis take the same schemes: the number of URLs picks between them.
 const std::array<BackendInfo, 3> k_backends = {{
-    {"redis", "one Redis server, a Sentinel-managed master or a Cluster", k_redis_schemes, 1, 1,
+    {"redis", "one Redis server, a Sentinel-managed master or a Cluster", k_redis_schemes, 1, 1, "",
      "tcp unix tls sentinel cluster", k_all, {}, &redis::configure},
-    {"quorum", "3, 5 or 7 independent Redis servers", k_redis_schemes, 2, quorum::k_max_servers, "quorum",
+    {"quorum", "3, 5 or 7 independent Redis servers", k_redis_schemes, 2, quorum::k_max_servers,
+     "{n} servers given; quorum mode takes 3, 5 or 7 (an odd number of independent servers)", "quorum",
      without(k_all, k_quorum_lacks), k_quorum_lacks, &quorum::configure},
-    {"etcd", "an etcd cluster", k_etcd_schemes, 1, 1, "etcd", without(k_all, k_etcd_lacks), k_etcd_lacks,
-     &etcd::configure},
+    {"etcd", "an etcd cluster", k_etcd_schemes, 1, 1,
+     "an etcd URL names one cluster; give its members in one URL, separated by commas "
+     "(etcd://HOST:PORT,HOST:PORT,...)",
+     "etcd", without(k_all, k_etcd_lacks), k_etcd_lacks, &etcd::configure},
 }};
 
 // "redis://, rediss://, ..., etcds://": every scheme of the table, once each.
@@ -135,21 +138,19 @@ std::shared_ptr<const Target> configure_target(const ConnectRequest& request) {
   for (const auto& url : urls)
     if (std::ranges::none_of(k_backends, [&](const BackendInfo& b) { return takes(b, url); }))
       unknown_scheme(request.source, url);
+  const BackendInfo* last = nullptr;  // the last row that takes the scheme: it says what count it wants
   for (const auto& b : k_backends) {
     if (!takes(b, urls.front())) continue;
     if (!std::ranges::all_of(urls, [&](const std::string& u) { return takes(b, u); }))
       throw UsageError(std::string(request.source) + ": the URLs mix backends; give one backend's URLs (" +
                        std::string(b.name) + ": " + std::string(b.summary) + ")");
     if (urls.size() >= b.min_urls && urls.size() <= b.max_urls) return b.configure(request);
+    last = &b;
   }
-  // The schemes are known, the count fits no row: an etcd cluster given as several URLs, say.
-  for (const auto& b : k_backends)
-    if (takes(b, urls.front()) && b.max_urls == 1 && urls.size() > 1 && b.name == "etcd")
-      throw UsageError(std::string(request.source) +
-                       ": an etcd URL names one cluster; give its members in one URL, separated by commas "
-                       "(etcd://HOST:PORT,HOST:PORT,...)");
-  throw UsageError(std::string(request.source) + ": " + std::to_string(urls.size()) +
-                   " servers given; quorum mode takes 3, 5 or 7 (an odd number of independent servers)");
+  if (!last) throw fencerun::Error(ErrorKind::internal, "no backend takes the URLs' scheme");
+  std::string message(last->wrong_count);
+  if (auto at = message.find("{n}"); at != std::string::npos) message.replace(at, 3, std::to_string(urls.size()));
+  throw UsageError(std::string(request.source) + ": " + message);
 }
 
 std::string features_line() {

@@ -104,10 +104,6 @@ std::expected<void, std::string> validate_lock_name(std::string_view name) {
   return {};
 }
 
-namespace {
-
-}  // namespace
-
 CommonConfig make_common_config(const Options& o, const GetEnv& getenv) {
   CommonConfig c;
   // Where the locks live: -r/--server (once, or a quorum's servers), else $FENCERUN_SERVER, else

@@ -174,6 +174,8 @@ struct BackendInfo {
   std::string_view summary;
   std::span<const std::string_view> schemes;
   std::size_t min_urls = 1, max_urls = 1;
+  // What a count of URLs outside [min_urls, max_urls] is told ("{n}": the count), after "SOURCE: ".
+  std::string_view wrong_count;
   std::string_view features;
   Capabilities capabilities;
   std::span<const Unsupported> unsupported;
