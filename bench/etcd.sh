@@ -95,14 +95,7 @@ for c in "$redis_cmd" "$etcd_cmd" "$etcdctl_cmd"; do
   $c >/dev/null || die "\`$c\` failed"
 done
 
-ncpu="${LOAD_MAX:-$(nproc)}"
-deadline=$((SECONDS + load_wait))
-while awk -v n="$ncpu" '{exit !($1 >= n)}' /proc/loadavg && ((SECONDS < deadline)); do
-  say "load $(cut -d' ' -f1 /proc/loadavg) >= $ncpu CPUs: waiting for it to settle"
-  sleep 10
-done
-load_before="$(uptime)"
-awk -v n="$ncpu" '{exit !($1 >= n)}' /proc/loadavg && die "load stayed at or above $ncpu: not measuring ($load_before)"
+wait_for_quiet "$load_wait"
 
 hyperfine -N -w "$warmup" -r "$runs" --style basic --export-json "$work/back.json" "${names[@]}" >/dev/null
 hyperfine -N -w "$warmup" -r "$runs" --prepare 'sleep 0.1' --style basic --export-json "$work/spaced.json" \

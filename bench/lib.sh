@@ -73,3 +73,16 @@ bench_python() { PYTHONPATH="$bench_dir${PYTHONPATH:+:$PYTHONPATH}" python3 "$@"
 # splice_section DOC TAG SECTION: SECTION (from <!-- TAG:begin --> to <!-- TAG:end -->, included) in
 # place of DOC's section TAG, or appended to DOC when it has none; DOC - prints SECTION only.
 splice_section() { python3 "$bench_dir/lib.py" splice "$@"; }
+
+# wait_for_quiet SECONDS: waits (up to SECONDS) until the load average is below the number of CPUs
+# (LOAD_MAX overrides it), then sets load_before to `uptime`; dies when it stayed at or above: a figure
+# taken at a load above the core count is not a figure.
+wait_for_quiet() {
+  local ncpu="${LOAD_MAX:-$(nproc)}" deadline=$((SECONDS + $1))
+  while awk -v n="$ncpu" '{exit !($1 >= n)}' /proc/loadavg && ((SECONDS < deadline)); do
+    say "load $(cut -d' ' -f1 /proc/loadavg) >= $ncpu CPUs: waiting for it to settle"
+    sleep 10
+  done
+  load_before="$(uptime)"
+  if awk -v n="$ncpu" '{exit !($1 >= n)}' /proc/loadavg; then die "load stayed at or above $ncpu: not measuring ($load_before)"; fi
+}

@@ -99,14 +99,7 @@ for row in "${rows[@]}"; do
   args+=(-n "$name" "$cmd")
 done
 
-ncpu="${LOAD_MAX:-$(nproc)}"
-deadline=$((SECONDS + load_wait))
-while awk -v n="$ncpu" '{exit !($1 >= n)}' /proc/loadavg && ((SECONDS < deadline)); do
-  say "load $(cut -d' ' -f1 /proc/loadavg) >= $ncpu CPUs: waiting for it to settle"
-  sleep 10
-done
-load_before="$(uptime)"
-awk -v n="$ncpu" '{exit !($1 >= n)}' /proc/loadavg && die "load stayed at or above $ncpu: not measuring ($load_before)"
+wait_for_quiet "$load_wait"
 hyperfine -N -w "$warmup" -r "$runs" --style basic --export-json "$work/h.json" "${args[@]}" >/dev/null
 
 total_calls() {
