@@ -188,6 +188,8 @@ constexpr std::array k_options = {
                          " out to use $FENCERUN_SERVER, $FENCERUN_REDIS_URL, $REDIS_URL or "
                          "redis://127.0.0.1:6379");
       o.redis_urls.emplace_back(v);
+      // Messages about the URL name the spelling given (-r is short for both).
+      if (typed.find("server") != std::string_view::npos) o.server_option = "--server";
     },
     "where the locks live. Redis:\n"
     "redis://[[user]:password@]host[:port][/db][?db=N];\n"

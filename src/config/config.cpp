@@ -112,7 +112,7 @@ CommonConfig make_common_config(const Options& o, const GetEnv& getenv) {
   lease::ConnectRequest request;
   request.getenv = getenv;
   request.urls = o.redis_urls;
-  request.source = "--redis";
+  request.source = o.server_option;
   auto from_env = [&](const char* name) {
     if (!request.urls.empty()) return;
     auto v = getenv(name);

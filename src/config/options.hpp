@@ -26,6 +26,7 @@ struct Options {
 
   // -r/--redis, in the order given: none (the environment or the default), one, or a quorum's servers.
   std::vector<std::string> redis_urls;
+  std::string server_option = "--redis";  // how -r was spelled, for messages: "--redis" (also -r) or "--server"
   std::string ttl = "30s";
   std::optional<std::string> renew;
   std::optional<std::string> grace;

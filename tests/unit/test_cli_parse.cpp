@@ -655,6 +655,9 @@ TEST(cli, server_is_the_same_option_as_redis) {
   Options o = parse({"--server", "redis://a:1", "-r", "redis://b:2", "--redis", "redis://c:3", "--server=unix:///s",
                      "job", "--", "true"});
   EXPECT_EQ(o.redis_urls, (std::vector<std::string>{"redis://a:1", "redis://b:2", "redis://c:3", "unix:///s"}));
+  // Messages about the URL name the spelling given.
+  EXPECT_EQ(o.server_option, "--server");
+  EXPECT_EQ(parse({"-r", "redis://a:1", "job", "true"}).server_option, "--redis");
   EXPECT_EQ(o.lock_name, "job");
   EXPECT_EQ(o.command, (Args{"true"}));
   EXPECT_EQ(parse({"job", "--server", "etcd://e1:2379,e2:2379", "true"}).redis_urls,

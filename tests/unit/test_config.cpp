@@ -177,6 +177,10 @@ TEST(make_config, rejects_a_bad_url_naming_the_redis_option) {
                     .common)
                 .host,
             "neutral");
+  // The spelling given is the one blamed.
+  o.server_option = "--server";
+  EXPECT_EQ(usage_error(o).rfind("--server: unknown URL scheme 'http://'", 0), 0u) << usage_error(o);
+  o.server_option = "--redis";
   // Near misses of a scheme are named, for etcd as for Redis.
   for (const char* url : {"etc://h:2379", "etcd:/h:2379", "etcds//h:2379"}) {
     o.redis_urls = {url};
