@@ -85,6 +85,7 @@ lease::LeaseRequest lease_request(const config::Config& c) {
   r.request_timeout = c.common.timeout;
   r.records = c.run.records;
   r.min_interval = c.run.min_interval;
+  r.lock_delay = c.run.lock_delay;
   r.version = FENCERUN_VERSION;
   return r;
 }

@@ -21,7 +21,13 @@ constexpr std::array<std::string_view, 5> k_redis_schemes = {"redis", "rediss", 
                                                             "rediss+sentinel"};
 constexpr std::array<std::string_view, 2> k_etcd_schemes = {"etcd", "etcds"};
 
-constexpr std::array<Unsupported, 6> k_quorum_lacks = {{
+// Why --lock-delay means nothing there: a Redis server deletes a lock key only when its TTL ran out on
+// the server's clock, after the holder's own deadline; nothing but `break` deletes one early.
+constexpr std::string_view k_no_early_expiry =
+    "a Redis key is deleted only when its TTL ran out on the server, after the holder's own deadline";
+constexpr std::array<Unsupported, 1> k_redis_lacks = {{{C::lock_delay, k_no_early_expiry}}};
+constexpr std::array<Unsupported, 7> k_quorum_lacks = {{
+    {C::lock_delay, k_no_early_expiry},
     {C::limit, ""},
     {C::fair, ""},
     {C::min_replicas, "a majority of independent servers takes the place of replica acknowledgement"},
@@ -41,7 +47,7 @@ constexpr std::array<Unsupported, 5> k_etcd_lacks = {{
 }};
 
 constexpr Capabilities k_all = C::limit | C::fair | C::min_replicas | C::min_interval | C::break_lock | C::bump |
-                               C::acl | C::shared_connection;
+                               C::acl | C::shared_connection | C::lock_delay;
 
 constexpr Capabilities without(Capabilities all, std::span<const Unsupported> lacks) {
   for (const auto& u : lacks) all.bits &= ~static_cast<std::uint32_t>(u.capability);
@@ -51,7 +57,7 @@ constexpr Capabilities without(Capabilities all, std::span<const Unsupported> la
 // The table. A quorum and one Redis take the same schemes: the number of URLs picks between them.
 const std::array<BackendInfo, 3> k_backends = {{
     {"redis", "one Redis server, a Sentinel-managed master or a Cluster", k_redis_schemes, 1, 1, "",
-     "tcp unix tls sentinel cluster", k_all, {}, &redis::configure},
+     "tcp unix tls sentinel cluster", without(k_all, k_redis_lacks), k_redis_lacks, &redis::configure},
     {"quorum", "3, 5 or 7 independent Redis servers", k_redis_schemes, 2, quorum::k_max_servers,
      "{n} servers given; quorum mode takes 3, 5 or 7 (an odd number of independent servers)", "quorum",
      without(k_all, k_quorum_lacks), k_quorum_lacks, &quorum::configure},
@@ -171,6 +177,7 @@ std::string_view capability_name(Capability c) {
     case C::bump: return "bump";
     case C::acl: return "acl";
     case C::shared_connection: return "the shared connection";
+    case C::lock_delay: return "--lock-delay";
   }
   return "?";
 }

@@ -235,6 +235,11 @@ constexpr std::array k_options = {
     "do not start COMMAND when the last successful run of\n"
     "NAME started less than DUR ago (server time); exit\n"
     "with --skip-exit-code instead"},
+  OptionSpec{0, "lock-delay", "DUR", k_run,
+    [](Options& o, std::string_view, std::string_view v) { o.lock_delay = s(v); },
+    "etcd: when the last holder vanished (its lease\n"
+    "revoked or expired, or broken) during its run, wait\n"
+    "DUR before starting (default: its TTL; 0: at once)"},
   OptionSpec{0, "skip-exit-code", "N", k_run,
     [](Options& o, std::string_view, std::string_view v) {
       o.skip_exit_code = int_value("--skip-exit-code", v, k_exit_code);

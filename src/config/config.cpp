@@ -255,6 +255,11 @@ Config make_config(const Options& o, const GetEnv& getenv, const ParseSignal& pa
                        format_duration(c.run.records.ttl) + " (--records-ttl): the last success would be forgotten first");
     c.run.min_interval = m;
   }
+  if (o.lock_delay) {
+    const milliseconds d = duration_option("--lock-delay", *o.lock_delay);
+    if (d < milliseconds::zero()) throw UsageError("--lock-delay: must not be negative, got " + *o.lock_delay);
+    c.run.lock_delay = d;
+  }
   if (o.min_replicas < 0) throw UsageError("--min-replicas: must not be negative");
   c.run.min_replicas = o.min_replicas;
   c.run.replica_timeout = duration_option("--replica-timeout", o.replica_timeout);
@@ -265,6 +270,7 @@ Config make_config(const Options& o, const GetEnv& getenv, const ParseSignal& pa
   require(c.run.fair, lease::Capability::fair);
   require(c.run.min_replicas > 0, lease::Capability::min_replicas);
   require(c.run.min_interval.has_value(), lease::Capability::min_interval);
+  require(c.run.lock_delay.has_value(), lease::Capability::lock_delay);
   if (c.run.min_replicas > 0 && c.run.replica_timeout * 2 >= c.run.timing.ttl)
     throw UsageError("--replica-timeout: " + format_duration(c.run.replica_timeout) +
                      " must be shorter than half of --ttl " + format_duration(c.run.timing.ttl));

@@ -55,6 +55,7 @@ struct RunConfig {
   int lease_lost_exit_code = exit_code::k_lease_lost_default;
   int skip_exit_code = exit_code::k_skipped_default;
   std::optional<milliseconds> min_interval;  // --min-interval
+  std::optional<milliseconds> lock_delay;    // --lock-delay (etcd)
   lease::RecordSettings records;             // --records-ttl, --keep-runs
   std::vector<std::string> command;  // with --shell: {"/bin/sh", "-c", COMMAND}
   int min_replicas = 0;               // WAIT for this many replicas after acquiring

@@ -42,6 +42,9 @@ struct LeaseRequest {
   // started when the last successful run of NAME started less than this long ago (server time).
   RecordSettings records;
   std::optional<milliseconds> min_interval;
+  // --lock-delay: how long the next holder waits after a holder vanished without releasing (its key
+  // revoked, expired or broken while its run was in progress). nullopt: that holder's TTL.
+  std::optional<milliseconds> lock_delay;
   std::string version;  // fencerun's, for the record
 };
 

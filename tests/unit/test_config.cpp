@@ -858,6 +858,7 @@ Options asking_for(fencerun::lease::Capability capability, std::vector<std::stri
     case C::bump: o.subcommand = Subcommand::bump, o.command.clear(), o.bump_above = "5"; break;
     case C::acl: o.subcommand = Subcommand::acl, o.command.clear(); break;
     case C::shared_connection: break;
+    case C::lock_delay: o.lock_delay = "5s"; break;
   }
   return o;
 }
@@ -868,7 +869,8 @@ Options asking_for(fencerun::lease::Capability capability, std::vector<std::stri
 // names the capability and the backend; what it declares it has is accepted.
 TEST(capabilities, every_backend_refuses_exactly_what_it_declares_it_lacks) {
   using C = fencerun::lease::Capability;
-  const C asked[] = {C::limit, C::fair, C::min_replicas, C::min_interval, C::break_lock, C::bump, C::acl};
+  const C asked[] = {C::limit, C::fair, C::min_replicas, C::min_interval, C::break_lock, C::bump, C::acl,
+                     C::lock_delay};
   ASSERT_EQ(fencerun::lease::backends().size(), 3u);
   for (const auto& b : fencerun::lease::backends()) {
     const auto urls = urls_of(b.name);

@@ -1,17 +1,26 @@
 #include "backends/etcd/etcd_lease.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <charconv>
 #include <cstdio>
 #include <optional>
 #include <thread>
+#include <sys/eventfd.h>
 #include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <memory>
 
 #include "backends/etcd/client.hpp"
 #include "lease/keeper.hpp"
 #include "log/log.hpp"
 #include "util/duration.hpp"
+#include "util/fd.hpp"
 
 namespace fencerun::lease {
 namespace {
@@ -94,15 +103,18 @@ std::vector<std::string_view> words(std::string_view s) {
   return out;
 }
 
-// The fields of `run`'s value: "OWNER START_US TOKEN PID HOST VERSION".
+// The fields of `run`'s value: "OWNER START_US TOKEN PID HOST VERSION TTL_MS" (older versions: no TTL).
 struct RunInProgress {
   std::string owner, start, token, pid, host, version;
+  std::optional<std::uint64_t> ttl_ms;
 };
 std::optional<RunInProgress> parse_run(std::string_view value) {
   const auto w = words(value);
-  if (w.size() != 6) return std::nullopt;
-  return RunInProgress{std::string(w[0]), std::string(w[1]), std::string(w[2]),
-                       std::string(w[3]), std::string(w[4]), std::string(w[5])};
+  if (w.size() != 6 && w.size() != 7) return std::nullopt;
+  RunInProgress r{std::string(w[0]), std::string(w[1]), std::string(w[2]),
+                  std::string(w[3]), std::string(w[4]), std::string(w[5]), std::nullopt};
+  if (w.size() == 7) r.ttl_ms = parse_u64(w[6]);
+  return r;
 }
 
 // A run still in progress when the lock is taken by another one ended without a release: its record
@@ -115,6 +127,14 @@ std::string joined_records(const std::vector<std::string>& records) {
   std::string out;
   for (const auto& r : records) out += (out.empty() ? "" : "\n") + r;
   return out;
+}
+
+// The stamp that heads `runs`: when (this host's clock) the records' lease was last kept alive.
+std::optional<std::uint64_t> kept_stamp(const std::optional<KeyValue>& runs) {
+  if (!runs || !runs->value.starts_with("#kept ")) return std::nullopt;
+  std::string_view v(runs->value);
+  v.remove_prefix(6);
+  return parse_u64(v.substr(0, v.find('\n')));
 }
 
 // The records' TTL as etcd takes it: whole seconds, rounded up, within etcd's bounds.
@@ -165,9 +185,10 @@ class EtcdRecords {
   }
 
   // Writes `w` unless a key changed since `s` was read or (own_create > 0) the run's own key is not
-  // the one of that create_revision any more. false: a conflict (read again).
+  // the one of that create_revision any more. false: a conflict (read again). On success, `after` (when
+  // given) is the state the write left, so that the next write needs no read.
   Result<bool> write(const RecordState& s, std::int64_t own_create, const std::string& own_key,
-                            const RecordWrites& w) {
+                     const RecordWrites& w, RecordState* after = nullptr) {
     // Every key that stays after the write: its value, and its lease now.
     struct Key {
       const std::string& name;
@@ -181,16 +202,29 @@ class EtcdRecords {
         old_leases.push_back(k.now->lease);
     bool puts = false;
     for (const auto& k : keys) puts = puts || (k.write && *k.write);
+    // The lease is kept alive only by a write of `runs` (a release), at most every quarter of its TTL.
+    const bool writes_runs = w.runs && *w.runs;
+    const auto stamp = kept_stamp(s.runs);
+    const std::uint64_t now = wall_us();
+    const std::uint64_t quarter_us = static_cast<std::uint64_t>(m_ttl_s) * 250'000;
+    const bool refresh = writes_runs && (!stamp || *stamp > now || now - *stamp >= quarter_us);
     std::int64_t lease = 0;
+    bool renewed = false;
     if (puts) {
-      auto chosen = choose_lease(old_leases);
+      auto chosen = choose_lease(old_leases, refresh, renewed);
       if (!chosen) return std::unexpected(chosen.error());
       lease = *chosen;
     }
+    RecordWrites out = w;
+    if (writes_runs) {
+      const std::uint64_t kept = renewed || !stamp ? now : *stamp;
+      out.runs = std::optional<std::string>("#kept " + std::to_string(kept) + "\n" + **w.runs);
+    }
+    const Key written[] = {{m_keys.run, s.run, out.run}, {m_keys.ok, s.ok, out.ok}, {m_keys.runs, s.runs, out.runs}};
     etcd::TxnRequest t;
     if (own_create > 0)
       t.compare.push_back({own_key, etcd::Compare::Target::create_revision, own_create});
-    for (const auto& k : keys) {
+    for (const auto& k : written) {
       t.compare.push_back({k.name, etcd::Compare::Target::mod_revision, k.now ? k.now->mod_revision : 0});
       if (k.write) {
         if (*k.write) t.success.push_back(etcd::put_op(k.name, **k.write, lease));
@@ -199,10 +233,13 @@ class EtcdRecords {
         t.success.push_back(etcd::put_op(k.name, k.now->value, lease));  // onto the records' lease
       }
     }
-    if (t.success.empty()) return true;
+    if (t.success.empty()) {
+      if (after) *after = s;
+      return true;
+    }
     auto r = m_client.txn(t, bound());
     if (!r) return std::unexpected(r.error());
-    if (r->lease_missing) {  // expired (or revoked) between its keep-alive and this put: grant another
+    if (r->lease_missing) {  // expired (or revoked) since it was last kept alive: grant another
       m_dead = lease;
       if (lease == m_granted) m_granted = 0;
       return false;
@@ -213,6 +250,22 @@ class EtcdRecords {
       // No key is left on the leases the keys had before: do not leave them to run out.
       for (auto old : old_leases)
         if (old != lease) [[maybe_unused]] auto revoked = m_client.revoke(old, bound());
+    }
+    if (after) {
+      RecordState a = s;
+      std::optional<KeyValue>* into[] = {&a.run, &a.ok, &a.runs};
+      for (std::size_t i = 0; i < 3; ++i) {
+        const auto& k = written[i];
+        if (k.write) {
+          if (*k.write) *into[i] = KeyValue{k.name, **k.write, k.now ? k.now->create_revision : r->revision,
+                                            r->revision, lease};
+          else into[i]->reset();
+        } else if (k.now && puts && k.now->lease != lease) {
+          (*into[i])->mod_revision = r->revision;
+          (*into[i])->lease = lease;
+        }
+      }
+      *after = a;
     }
     return true;
   }
@@ -227,17 +280,25 @@ class EtcdRecords {
  private:
   Deadline bound() const { return BootClock::now() + m_request.request_timeout; }
 
-  // The lease the record keys go onto: the one they carry, kept alive, when its TTL is the one asked;
-  // else a new one (granted once, until a write uses it).
-  Result<std::int64_t> choose_lease(const std::vector<std::int64_t>& old_leases) {
+  // The lease the record keys go onto: the one they carry (kept alive when `refresh`, and kept when its
+  // TTL is the one asked); else a new one (granted once, until a write uses it). `renewed`: the lease
+  // returned was just granted or kept alive.
+  Result<std::int64_t> choose_lease(const std::vector<std::int64_t>& old_leases, bool refresh, bool& renewed) {
     std::int64_t current = old_leases.empty() ? 0 : old_leases.front();
-    if (current != 0 && current == m_granted) return current;
+    if (current != 0 && current == m_granted) {
+      renewed = true;
+      return current;
+    }
+    if (current != 0 && current != m_dead && !refresh) return current;
     std::optional<std::int64_t> current_ttl;
     if (current != 0 && current != m_dead) {
       auto ttl = m_client.keep_alive(current, bound());
       if (!ttl) return std::unexpected(ttl.error());
       current_ttl = *ttl;
-      if (current_ttl && *current_ttl == m_ttl_s) return current;
+      if (current_ttl && *current_ttl == m_ttl_s) {
+        renewed = true;
+        return current;
+      }
     }
     if (m_granted == 0) {
       auto g = m_client.grant(m_ttl_s, bound());
@@ -245,6 +306,7 @@ class EtcdRecords {
       m_granted = g->id;
       m_granted_ttl = g->ttl;
     }
+    renewed = true;
     // etcd raised a TTL below its minimum: the current lease, just reset to that TTL, is as good.
     if (current_ttl && *current_ttl == m_granted_ttl) {
       drop_unused();
@@ -274,11 +336,11 @@ class EtcdHeldLease final : public KeptLease {
  public:
   EtcdHeldLease(Client& client, std::unique_ptr<EtcdRenewer> renewer, Acquired acquired, std::int64_t lease,
                 std::string key, std::int64_t own_create, std::int64_t revision, EtcdRecords& records,
-                std::optional<std::uint64_t> started_us, const EtcdLeaseTarget& target, const LeaseRequest& request,
-                log::Context context)
+                std::optional<std::uint64_t> started_us, std::optional<RecordState> state,
+                const EtcdLeaseTarget& target, const LeaseRequest& request, log::Context context)
       : KeptLease(*renewer, std::move(acquired), request, std::move(context)), m_renewer(std::move(renewer)),
         m_client(client), m_lease(lease), m_key(std::move(key)), m_own_create(own_create), m_revision(revision),
-        m_records(records), m_started_us(started_us), m_target(target) {}
+        m_records(records), m_started_us(started_us), m_state(std::move(state)), m_target(target) {}
 
   ~EtcdHeldLease() override {
     try {
@@ -356,7 +418,10 @@ class EtcdHeldLease final : public KeptLease {
       return true;
     };
     for (int attempt = 0; attempt < k_record_attempts;) {
-      auto s = m_records.read(m_key);
+      // The first attempt writes over the state begin_run() left (no read: one request); a conflict
+      // reads again.
+      Result<RecordState> s = m_state ? Result<RecordState>(*m_state) : m_records.read(m_key);
+      m_state.reset();
       if (!s) {
         if (pause_after(s.error())) continue;
         return warn(s.error());
@@ -424,12 +489,38 @@ class EtcdHeldLease final : public KeptLease {
   std::int64_t m_revision;
   EtcdRecords& m_records;
   std::optional<std::uint64_t> m_started_us;  // the run's start in the record (none: not recorded)
+  std::optional<RecordState> m_state;         // the record as begin_run() left it
   const EtcdLeaseTarget& m_target;
   bool m_released = false;
   std::atomic<bool> m_deleted{false};
   std::optional<etcd::Watch> m_watch;
 };
 
+
+// What one transaction read of the lock: the queue (in queue order), this run's key, the base, the
+// record and the lock-delay, at one revision.
+struct Look {
+  std::int64_t revision = 0;
+  std::vector<KeyValue> queue;
+  std::optional<KeyValue> own, base, run, ok, runs, delay;
+};
+
+// The greatest token the record shows as issued: the run in progress's, the newest record's, the last
+// success's.
+std::uint64_t last_recorded_token(const Look& l) {
+  std::uint64_t last = 0;
+  if (l.run)
+    if (auto run = parse_run(l.run->value))
+      if (auto t = parse_u64(run->token)) last = std::max(last, *t);
+  if (l.runs) {
+    auto newest = etcd_run_records(l.runs->value, 1);
+    if (!newest.empty())
+      if (auto r = parse_run_record(newest.front()); r && r->token) last = std::max(last, *r->token);
+  }
+  if (l.ok)
+    if (auto r = parse_run_record(l.ok->value); r && r->token) last = std::max(last, *r->token);
+  return last;
+}
 
 class EtcdLease final : public Lease {
  public:
@@ -443,15 +534,15 @@ class EtcdLease final : public Lease {
   struct Queued {
     std::int64_t lease = 0;
     std::string key;
+    std::int64_t ticket = 0;  // the place kept from a key that vanished (0: none)
+    std::string delay_seen;   // the token of the vanished run whose lock-delay this run saw running
     std::uint64_t base = 0;
     KeyValue own;
-    std::int64_t revision = 0;
     Deadline sent{};  // of the last request that confirmed the lease (grant or keep-alive)
-    bool fresh = false;               // just enqueued: `first` is the transaction's own reading
-    std::optional<KeyValue> first;
+    bool fresh = false;  // `look` was read just now (by the transaction that put the key)
+    Look look;
   };
-  enum class Step { holder, busy, retry, failed };
-  enum class Began { run, skipped, lost };
+  enum class Began { run, skipped, lost, conflict };
 
   void log_unavailable(const Error& e) const {
     log::event(log::Level::error, "etcd_unavailable", "cannot use etcd at " + m_target.redacted_url + ": " + e.message,
@@ -477,27 +568,43 @@ class EtcdLease final : public Lease {
                 {"holder_host", h.host.empty() ? "unknown" : h.host},
                 ttl ? log::millis("ttl", *ttl, util::format_duration(*ttl)) : log::Field{"ttl", "unknown"}});
   }
+  void log_delay_busy(const RunInProgress& run) const {
+    log::event(log::Level::info, "busy",
+               std::string(m_request.wait->count() == 0 ? "lock is busy" : "lock is still busy: wait ran out") +
+                   ": the last holder's run ended without a release and may still be running (lock-delay)",
+               {{"lock", m_request.lock}, {"holder_pid", run.pid}, {"holder_host", run.host}, {"token", run.token}});
+  }
   // Gives up a queued key: revoking the lease deletes it. Kept short: an unreachable cluster will not
   // answer this either, and the lease expires anyway.
   void leave(Queued& q) {
     if (q.lease == 0) return;
     auto bound = std::max(std::min<milliseconds>(m_request.request_timeout, milliseconds(1000)), milliseconds(100));
     [[maybe_unused]] auto revoked = m_client.revoke(q.lease, BootClock::now() + bound);
-    q = Queued{};
+    Queued next;
+    next.ticket = q.ticket;
+    next.delay_seen = std::move(q.delay_seen);
+    q = std::move(next);
   }
 
   void log_skipped(const Skipped& skipped) const {
     lease::log_skipped(m_request.lock, *m_request.min_interval, skipped.last_success, skipped.now_us);
   }
 
-  // Grants a lease and puts this run's key under the lock's prefix.
+  // One transaction: `put` (when given: only if the key is not there yet) and the lock read back.
+  Result<std::optional<Look>> read_lock(const std::string& own_key, const std::optional<etcd::Op>& put, Deadline bound);
+  // Grants a lease and puts this run's key (with its ticket) in the queue, reading the lock back.
   Result<void> enqueue(Queued& q, const LeaseSchedule& schedule);
-  // Confirms a queued run as the holder: its lease kept alive now, its key still there and first.
-  Result<Step> confirm(Queued& q, const LeaseSchedule& schedule, std::optional<KeyValue>& first);
-  // The holder's first step in the record: a run left in progress is recorded as killed, then either
-  // --min-interval skips this run or `run` is put. One transaction, guarded by the holder's own key.
+  // A queued run's lease kept alive now, and the lock read again.
+  Result<bool> confirm(Queued& q, const LeaseSchedule& schedule);
+  // The holder's first step in the record, over the state just read: a run left in progress is
+  // recorded as killed, then either --min-interval skips this run or `run` is put. One transaction,
+  // guarded by the holder's own key and the record's keys (the commit point of holding the lock).
   Result<Began> begin_run(const Queued& q, std::uint64_t token, Skipped& skipped);
+  // Creates the lock-delay of a vanished holder's run (unless there is one): an etcd lease of its TTL.
+  Result<void> start_delay(const Queued& q, const RunInProgress& run);
   std::expected<std::unique_ptr<HeldLease>, NotAcquired> granted(Queued& q);
+  // Warns once when the cluster's version has a known lease bug (cached per host, see check_version).
+  void check_version();
 
   EtcdLeaseTarget m_target;
   LeaseRequest m_request;
@@ -505,57 +612,95 @@ class EtcdLease final : public Lease {
   EtcdKeys m_keys;
   EtcdRecords m_records;
   std::optional<std::uint64_t> m_started_us;  // of the run that begin_run() put
+  std::optional<RecordState> m_state;         // the record as begin_run() left it
 };
+
+Result<std::optional<Look>> EtcdLease::read_lock(const std::string& own_key, const std::optional<etcd::Op>& put,
+                                                 Deadline bound) {
+  etcd::TxnRequest t;
+  const std::vector<etcd::Op> reads = {
+      etcd::range_op({m_keys.prefix, etcd::prefix_end(m_keys.prefix), etcd::Sort::create_ascending, 0, 0}),
+      etcd::range_op(etcd::single(own_key)),    etcd::range_op(etcd::single(m_keys.base)),
+      etcd::range_op(etcd::single(m_keys.run)), etcd::range_op(etcd::single(m_keys.ok)),
+      etcd::range_op(etcd::single(m_keys.runs)), etcd::range_op(etcd::single(m_keys.delay))};
+  if (put) {
+    // Already there: an earlier attempt of this request ran (its answer was lost).
+    t.compare.push_back({own_key, etcd::Compare::Target::create_revision, 0});
+    t.success.push_back(*put);
+  }
+  t.success.insert(t.success.end(), reads.begin(), reads.end());
+  if (put) t.failure = reads;
+  auto r = m_client.txn(t, bound);
+  if (!r) return std::unexpected(r.error());
+  if (r->lease_missing) return std::optional<Look>();  // the lease the key was put on is gone
+  const std::size_t off = put && r->succeeded ? 1 : 0;
+  if (r->ranges.size() != off + reads.size() || !r->ranges[off])
+    return std::unexpected(Error{Error::Kind::protocol, "unexpected transaction answer: a range is missing", true});
+  Look l;
+  l.revision = r->revision;
+  l.queue = std::move(r->ranges[off]->kvs);
+  etcd_sort_queue(l.queue);
+  std::optional<KeyValue>* into[] = {&l.own, &l.base, &l.run, &l.ok, &l.runs, &l.delay};
+  for (std::size_t i = 0; i < 6; ++i) {
+    const auto& range = r->ranges[off + 1 + i];
+    if (range && !range->kvs.empty()) *into[i] = range->kvs.front();
+  }
+  return std::optional<Look>(std::move(l));
+}
 
 Result<EtcdLease::Began> EtcdLease::begin_run(const Queued& q, std::uint64_t token, Skipped& skipped) {
   // This host's clock: the run's start, and the --min-interval check against the last success's.
   const std::uint64_t now_us = wall_us();
   const std::string token_text = std::to_string(token);
-  for (int attempt = 0; attempt < k_record_attempts; ++attempt) {
-    auto s = m_records.read(q.key);
-    if (!s) return std::unexpected(s.error());
-    if (!s->own || s->own->create_revision != q.own.create_revision || s->own->lease != q.lease) return Began::lost;
-    std::optional<RunInProgress> run;
-    if (s->run) run = parse_run(s->run->value);
-    if (run && run->owner == m_request.owner && run->token == token_text) {
-      // An earlier attempt of the transaction was applied (its answer was lost).
-      m_started_us = parse_u64(run->start);
-      if (m_started_us) return Began::run;
+  // Over the state the lock was just read in; after a conflict the caller reads again.
+  const RecordState state{q.look.run, q.look.ok, q.look.runs, q.look.own};
+  const RecordState* s = &state;
+  if (!s->own || s->own->create_revision != q.own.create_revision || s->own->lease != q.lease) return Began::lost;
+  std::optional<RunInProgress> run;
+  if (s->run) run = parse_run(s->run->value);
+  if (run && run->owner == m_request.owner && run->token == token_text) {
+    // An earlier attempt of the transaction was applied (its answer was lost).
+    m_started_us = parse_u64(run->start);
+    if (m_started_us) {
+      m_state = state;
+      return Began::run;
     }
-    RecordWrites w;
-    // A run of another owner still in progress never released: killed. (One of this owner with another
-    // token is this run's own, from a key that was lost before its command started: it is replaced.)
-    if (run && run->owner != m_request.owner) {
-      std::vector<std::string> list = s->runs ? etcd_run_records(s->runs->value) : std::vector<std::string>();
-      list.insert(list.begin(), killed_record(*run));
-      if (list.size() > m_records.keep()) list.resize(m_records.keep());
-      w.runs = std::optional<std::string>(joined_records(list));
-    }
-    if (s->run) w.run = std::optional<std::string>();
-    bool skip = false;
-    if (m_request.min_interval && s->ok) {
-      const auto last = parse_run_record(s->ok->value);
-      const auto min_us = static_cast<long double>(m_request.min_interval->count()) * 1000;
-      // A start ahead of this host's clock counts as just now.
-      if (last && static_cast<long double>(now_us) - static_cast<long double>(last->start_us) < min_us) {
-        skip = true;
-        skipped = Skipped{s->ok->value, now_us};
-      }
-    }
-    if (!skip) {
-      w.run = std::optional<std::string>(m_request.owner + " " + std::to_string(now_us) + " " + token_text + " " +
-                                         std::to_string(m_request.pid) + " " +
-                                         (m_request.host.empty() ? "-" : m_request.host) + " " +
-                                         (m_request.version.empty() ? "-" : m_request.version));
-    }
-    auto wrote = m_records.write(*s, q.own.create_revision, q.key, w);
-    if (!wrote) return std::unexpected(wrote.error());
-    if (!*wrote) continue;  // changed under us: read again
-    if (skip) return Began::skipped;
-    m_started_us = now_us;
-    return Began::run;
   }
-  return std::unexpected(record_conflict());
+  RecordWrites w;
+  // A run of another owner still in progress never released: killed. (One of this owner with another
+  // token is this run's own, from a key that was lost before its command started: it is replaced.)
+  if (run && run->owner != m_request.owner) {
+    std::vector<std::string> list = s->runs ? etcd_run_records(s->runs->value) : std::vector<std::string>();
+    list.insert(list.begin(), killed_record(*run));
+    if (list.size() > m_records.keep()) list.resize(m_records.keep());
+    w.runs = std::optional<std::string>(joined_records(list));
+  }
+  if (s->run) w.run = std::optional<std::string>();
+  bool skip = false;
+  if (m_request.min_interval && s->ok) {
+    const auto last = parse_run_record(s->ok->value);
+    const auto min_us = static_cast<long double>(m_request.min_interval->count()) * 1000;
+    // A start ahead of this host's clock counts as just now.
+    if (last && static_cast<long double>(now_us) - static_cast<long double>(last->start_us) < min_us) {
+      skip = true;
+      skipped = Skipped{s->ok->value, now_us};
+    }
+  }
+  if (!skip) {
+    w.run = std::optional<std::string>(m_request.owner + " " + std::to_string(now_us) + " " + token_text + " " +
+                                       std::to_string(m_request.pid) + " " +
+                                       (m_request.host.empty() ? "-" : m_request.host) + " " +
+                                       (m_request.version.empty() ? "-" : m_request.version) + " " +
+                                       std::to_string(m_request.timing.ttl.count()));
+  }
+  RecordState after;
+  auto wrote = m_records.write(*s, q.own.create_revision, q.key, w, &after);
+  if (!wrote) return std::unexpected(wrote.error());
+  if (!*wrote) return Began::conflict;  // changed under us: read again
+  if (skip) return Began::skipped;
+  m_started_us = now_us;
+  m_state = after;
+  return Began::run;
 }
 
 Result<void> EtcdLease::enqueue(Queued& q, const LeaseSchedule& schedule) {
@@ -575,51 +720,60 @@ Result<void> EtcdLease::enqueue(Queued& q, const LeaseSchedule& schedule) {
                                         false});
   }
   q.key = m_keys.key(q.lease);
-  const std::string value = m_request.owner + " " + std::to_string(m_request.pid) + " " + m_request.host;
-  auto enq = m_client.enqueue(q.key, value, q.lease, m_keys.base, new_base(), m_keys.prefix, bound);
-  if (!enq) {
+  QueueValue v{m_request.owner, m_request.pid, m_request.host, m_request.timing.ttl.count(), q.ticket};
+  auto look = read_lock(q.key, etcd::put_op(q.key, queue_value(v), q.lease), bound);
+  if (!look) {
     leave(q);
-    return std::unexpected(enq.error());
+    return std::unexpected(look.error());
   }
-  auto base = parse_u64(enq->base);
-  if (!base || *base > k_max_token) {
+  if (!*look) {  // the lease is gone already: grant another
     leave(q);
-    return std::unexpected(Error{Error::Kind::protocol,
-                                        "the lock's base (" + m_keys.base + ") is not a number below 2^53", false});
+    return {};
   }
-  q.base = *base;
-  q.own = enq->own;
-  q.revision = enq->revision;
-  q.first = enq->first;
+  q.look = std::move(**look);
   q.fresh = true;
   return {};
 }
 
-Result<EtcdLease::Step> EtcdLease::confirm(Queued& q, const LeaseSchedule& schedule,
-                                                  std::optional<KeyValue>& first) {
+Result<bool> EtcdLease::confirm(Queued& q, const LeaseSchedule& schedule) {
   const Deadline now = BootClock::now();
   const Deadline bound = std::min(now + m_request.request_timeout, schedule.stop_at(schedule.deadline_after(now)));
   auto alive = m_client.keep_alive(q.lease, bound);
   if (!alive) return std::unexpected(alive.error());
-  if (!*alive) return Step::retry;  // the lease ran out (and the key with it): queue again
-  const Deadline sent = now;
-  auto head = m_client.range({m_keys.prefix, etcd::prefix_end(m_keys.prefix), etcd::Sort::create_ascending, 1, 0},
-                             bound);
-  if (!head) return std::unexpected(head.error());
-  q.revision = head->revision;
-  first = head->kvs.empty() ? std::nullopt : std::optional<KeyValue>(head->kvs.front());
-  if (!first) return Step::retry;  // not even ours: deleted (a break while waiting)
-  if (first->key != q.key) {
-    // Ours must still be there, behind the first one.
-    auto own = m_client.range(etcd::single(q.key), bound);
-    if (!own) return std::unexpected(own.error());
-    if (own->kvs.empty() || own->kvs.front().lease != q.lease) return Step::retry;
-    q.sent = sent;
-    return Step::busy;
-  }
-  if (first->lease != q.lease) return Step::retry;
-  q.sent = sent;
-  return Step::holder;
+  if (!*alive) return false;  // the lease ran out (and the key with it)
+  auto look = read_lock(q.key, std::nullopt, bound);
+  if (!look) return std::unexpected(look.error());
+  q.sent = now;
+  q.look = std::move(**look);
+  return true;
+}
+
+Result<void> EtcdLease::start_delay(const Queued& q, const RunInProgress& run) {
+  if (q.look.delay) return {};
+  const milliseconds delay =
+      m_request.lock_delay ? *m_request.lock_delay
+                           : milliseconds(static_cast<milliseconds::rep>(run.ttl_ms.value_or(
+                                 static_cast<std::uint64_t>(m_request.timing.ttl.count()))));
+  const std::int64_t seconds = std::max<std::int64_t>(1, (delay.count() + 999) / 1000);
+  const Deadline bound = BootClock::now() + m_request.request_timeout;
+  auto grant = m_client.grant(seconds, bound);
+  if (!grant) return std::unexpected(grant.error());
+  // Only over the run it delays, and only once.
+  etcd::TxnRequest t;
+  t.compare = {{m_keys.delay, etcd::Compare::Target::create_revision, 0},
+               {m_keys.run, etcd::Compare::Target::mod_revision, q.look.run->mod_revision}};
+  t.success = {etcd::put_op(m_keys.delay, run.token, grant->id)};
+  auto r = m_client.txn(t, bound);
+  if (!r || r->lease_missing || !r->succeeded) [[maybe_unused]] auto revoked = m_client.revoke(grant->id, bound);
+  if (!r) return std::unexpected(r.error());
+  if (r->succeeded && !r->lease_missing)
+    log::event(log::Level::warn, "lock_delay",
+               "the last holder's run (token " + run.token + " on " + run.host +
+                   ") ended without a release and may still be running: waiting " + util::format_duration(delay) +
+                   " (lock-delay) before starting",
+               {{"lock", m_request.lock}, {"token", run.token}, {"holder_host", run.host},
+                log::millis("delay", delay, util::format_duration(delay))});
+  return {};
 }
 
 std::expected<std::unique_ptr<HeldLease>, NotAcquired> EtcdLease::acquire(Waiter& waiter, milliseconds& waited) {
@@ -628,6 +782,7 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> EtcdLease::acquire(Waiter
   const auto timeout = m_request.request_timeout;
   std::optional<Deadline> wait_until;
   if (m_request.wait) wait_until = began + *m_request.wait;
+  check_version();
   Queued q;
   const auto refuse = [&](NotAcquired::Reason why, int signal = 0) {
     leave(q);
@@ -650,6 +805,11 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> EtcdLease::acquire(Waiter
     if (auto sig = waiter.sleep_until(wake, -1, woken)) return refuse(NotAcquired::Reason::interrupted, *sig);
     return std::nullopt;
   };
+  // Our key is gone (revoked, expired, deleted): queue again, keeping our place.
+  const auto requeue = [&] {
+    if (q.own.create_revision > 0) q.ticket = etcd_queue_order(q.own);
+    leave(q);
+  };
 
   for (;;) {
     if (q.lease == 0) {
@@ -657,47 +817,93 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> EtcdLease::acquire(Waiter
         if (auto out = on_error(ok.error())) return *out;
         continue;
       }
-    }
-    // First, or not: a run that was first at once holds the lock from its grant on; one that waited
-    // confirms (a keep-alive, then the key read again as first) before it holds.
-    std::optional<KeyValue> first;
-    Step step;
-    if (q.fresh) {
-      q.fresh = false;
-      first = q.first;
-      step = first && first->key == q.key && first->lease == q.lease ? Step::holder : (first ? Step::busy : Step::retry);
-    } else {
-      step = Step::retry;
-    }
-    // Late (the transaction's reply came after the stop point) or after a wait: confirm afresh.
-    if (step == Step::retry || (step == Step::holder && BootClock::now() >= schedule.stop_at(schedule.deadline_after(q.sent)))) {
-      auto confirmed = confirm(q, schedule, first);
+      if (q.lease == 0) continue;  // its lease was gone at once
+    } else if (!q.fresh ||
+               BootClock::now() >= schedule.stop_at(schedule.deadline_after(q.sent))) {
+      // After a wait, or late (the reply came after the stop point): keep the lease alive, read again.
+      auto confirmed = confirm(q, schedule);
       if (!confirmed) {
         if (auto out = on_error(confirmed.error())) return *out;
         continue;
       }
-      step = *confirmed;
+      if (!*confirmed) {
+        requeue();
+        continue;
+      }
     }
+    q.fresh = false;
     if (failures > 0) {
       log::event(log::Level::info, "etcd_recovered", "etcd answers again", {{"lock", m_request.lock}});
       failures = 0;
     }
-    if (step == Step::holder) {
-      // The record of runs (a token past 2^53 is refused by granted(), before anything is written).
+    const Look& l = q.look;
+    if (!l.own || l.own->lease != q.lease) {
+      requeue();
+      continue;
+    }
+    q.own = *l.own;
+    if (!l.base) {
+      // The lock's first use: its base, once (set from the clock, never changed).
+      etcd::TxnRequest t;
+      t.compare = {{m_keys.base, etcd::Compare::Target::create_revision, 0}};
+      t.success = {etcd::put_op(m_keys.base, new_base())};
+      if (auto r = m_client.txn(t, BootClock::now() + timeout); !r) {
+        if (auto out = on_error(r.error())) return *out;
+      }
+      continue;
+    }
+    auto base = parse_u64(l.base->value);
+    if (!base || *base > k_max_token) {
+      log_unavailable({Error::Kind::protocol, "the lock's base (" + m_keys.base + ") is not a number below 2^53"});
+      return refuse(NotAcquired::Reason::unavailable);
+    }
+    q.base = *base;
+
+    // Who is before us: the key just before ours in the queue; when we are first, a holder whose run
+    // is in progress (a key that came back to an earlier place finds the lock held).
+    std::optional<KeyValue> ahead;
+    for (const auto& kv : l.queue) {
+      if (kv.key == q.key) break;
+      ahead = kv;
+    }
+    std::optional<RunInProgress> run;
+    if (l.run) run = parse_run(l.run->value);
+    const bool run_of_other = run && run->owner != m_request.owner;
+    std::optional<KeyValue> run_holder;
+    if (run_of_other)
+      for (const auto& kv : l.queue)
+        if (parse_queue_value(kv.value).owner == run->owner) run_holder = kv;
+    if (!ahead && run_holder) ahead = run_holder;
+
+    // The lock-delay of a vanished holder's run: over once this run saw it running and then gone (the
+    // server expired its lease), or when the run is closed (its holder's job is gone).
+    if (run_of_other && l.delay && l.delay->value == run->token) q.delay_seen = run->token;
+    const bool delay_over = run_of_other && !l.delay && q.delay_seen == run->token;
+    const bool delayed = !ahead && run_of_other && !delay_over &&
+                         !(m_request.lock_delay && m_request.lock_delay->count() == 0);
+    if (!ahead && !delayed) {
+      // First: the token must be above every one issued before (a key that came back to its place has
+      // an older revision than the holders it now follows): put the key again when it is not.
       const std::uint64_t token = q.base + static_cast<std::uint64_t>(q.own.create_revision);
+      if (token <= last_recorded_token(l)) {
+        requeue();
+        continue;
+      }
       if (token <= k_max_token) {
         Skipped skipped;
-        auto run = begin_run(q, token, skipped);
-        if (!run) {
-          if (auto out = on_error(run.error())) return *out;
+        auto begun = begin_run(q, token, skipped);
+        if (!begun) {
+          if (auto out = on_error(begun.error())) return *out;
           continue;  // confirms afresh, then reads the record again
         }
-        if (*run == Began::lost) {  // our key went (a break, the lease ran out): queue again
-          leave(q);
+        if (*begun == Began::lost) {  // our key went (a break, the lease ran out): queue again
+          requeue();
           continue;
         }
-        if (*run == Began::skipped) {
+        if (*begun == Began::conflict) continue;  // another holder or run wrote first: read again
+        if (*begun == Began::skipped) {
           log_skipped(skipped);
+          q.ticket = 0;
           leave(q);  // revoking the lease deletes our key: the next run acquires at once
           waited = since(began);
           const auto last = parse_run_record(skipped.last_success);
@@ -707,50 +913,166 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> EtcdLease::acquire(Waiter
       waited = since(began);
       return granted(q);
     }
-    if (step == Step::retry) {  // our lease or key is gone: queue again (at the back)
-      leave(q);
-      continue;
+    if (delayed && !l.delay) {
+      if (auto ok = start_delay(q, *run); !ok) {
+        if (auto out = on_error(ok.error())) return *out;
+      }
+      continue;  // reads the lock again: the delay now runs
     }
-    // Busy.
+
+    // Busy (behind a key, or in the lock-delay of a vanished holder's run).
     const Deadline now = BootClock::now();
     if (wait_until && now >= *wait_until) {
-      log_busy(first, q.base);
+      if (ahead) log_busy(ahead, q.base);
+      else log_delay_busy(*run);
       return refuse(NotAcquired::Reason::busy);
     }
     if (!said_waiting) {
       said_waiting = true;
       log::event(log::Level::info, "waiting", "lock is busy, waiting", {{"lock", m_request.lock}});
     }
-    // Watch the key just before ours; wake for its deletion, for our own keep-alive, or at the end of
-    // the wait. Whatever wakes us, the loop confirms afresh.
-    auto pred = m_client.range({m_keys.prefix, etcd::prefix_end(m_keys.prefix), etcd::Sort::create_descending, 1,
-                                q.own.create_revision - 1},
-                               now + timeout);
-    if (!pred) {
-      if (auto out = on_error(pred.error())) return *out;
-      continue;
-    }
-    if (pred->kvs.empty()) continue;  // nobody before us any more: confirm
+    // Watch what we wait for (the key ahead; or the delay and the vanished holder's run); wake for its
+    // deletion, for our own keep-alive, or at the end of the wait. Whatever wakes us, the loop confirms
+    // afresh.
     const Deadline keep_at = q.sent + m_request.timing.renew;
     Deadline wake = wait_until ? std::min(keep_at, *wait_until) : keep_at;
-    std::optional<etcd::Watch> watch;
-    try {
-      watch.emplace(m_client, pred->kvs.front().key, pred->revision + 1, timeout);
-    } catch (const std::exception&) {
-      watch.reset();  // no thread: poll at the keep-alive times
+    UniqueFd woke(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    const int woke_fd = woke.get();
+    const auto poke = [woke_fd](etcd::Watch::State) {
+      std::uint64_t one = 1;
+      [[maybe_unused]] auto n = ::write(woke_fd, &one, sizeof one);
+    };
+    std::vector<std::string> watched = ahead ? std::vector<std::string>{ahead->key}
+                                             : std::vector<std::string>{m_keys.delay, m_keys.run};
+    std::vector<std::unique_ptr<etcd::Watch>> watches;
+    bool failed_at_once = false;
+    if (woke_fd >= 0) {
+      try {
+        for (const auto& key : watched)
+          watches.push_back(std::make_unique<etcd::Watch>(m_client, key, l.revision + 1, timeout, poke));
+      } catch (const std::exception&) {
+        watches.clear();  // no thread: poll at the keep-alive times
+      }
     }
     bool woken = false;
-    auto sig = waiter.sleep_until(wake, watch ? watch->fd() : -1, woken);
-    const bool watch_failed = watch && watch->state() == etcd::Watch::State::failed;
-    if (watch) watch->stop();
+    auto sig = waiter.sleep_until(wake, watches.empty() ? -1 : woke_fd, woken);
+    for (const auto& w : watches) failed_at_once = failed_at_once || w->state() == etcd::Watch::State::failed;
+    for (const auto& w : watches) w->stop();
     if (sig) return refuse(NotAcquired::Reason::interrupted, *sig);
-    if (watch_failed) {
+    if (failed_at_once) {
       // A stream that breaks at once (a member going away) must not spin: pause a little.
       bool ignored = false;
       if (auto s2 = waiter.sleep_until(std::min(BootClock::now() + milliseconds(100), wake), -1, ignored))
         return refuse(NotAcquired::Reason::interrupted, *s2);
     }
   }
+}
+
+// ---- Known etcd bugs (fencerun(1), ETCD): the lowest version of the members, asked of them at most
+// once an hour per host (the answer is cached in $XDG_CACHE_HOME/fencerun/etcd-versions), and a
+// warning naming each known lease or revision bug that version has.
+
+struct KnownBug {
+  int issue;
+  const char* what;
+  int fixed_in_34;  // the 3.4 release that fixed it (3.4.N)
+  int fixed_in_35;  // the 3.5 release that fixed it (3.5.N)
+};
+constexpr KnownBug k_known_bugs[] = {
+    {15247, "a leader that was stuck (slow disk, paused) revokes live leases when it comes back", 31, 13},
+    {17780, "a revision can go backwards after a crash during compaction", 32, 14},
+};
+
+std::optional<std::array<int, 3>> parse_version(std::string_view v) {
+  std::array<int, 3> out{};
+  for (int i = 0; i < 3; ++i) {
+    const auto end = std::min(v.find('.'), v.size());
+    auto [ptr, ec] = std::from_chars(v.data(), v.data() + end, out[i]);
+    if (ec != std::errc{} || ptr == v.data()) return std::nullopt;
+    v = end < v.size() ? v.substr(end + 1) : std::string_view{};
+    if (v.empty() && i < 2) return std::nullopt;
+  }
+  return out;
+}
+
+bool has_bug(const std::array<int, 3>& v, const KnownBug& bug) {
+  if (v[0] != 3) return v[0] < 3;
+  if (v[1] < 4) return true;
+  if (v[1] == 4) return v[2] < bug.fixed_in_34;
+  if (v[1] == 5) return v[2] < bug.fixed_in_35;
+  return false;
+}
+
+std::string version_cache_path() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  if (xdg && *xdg == '/') return std::string(xdg) + "/fencerun/etcd-versions";
+  const char* home = std::getenv("HOME");
+  if (home && *home == '/') return std::string(home) + "/.cache/fencerun/etcd-versions";
+  return {};
+}
+
+constexpr std::uint64_t k_version_cache_us = 3'600'000'000;  // an hour
+
+void EtcdLease::check_version() {
+  const std::uint64_t now = wall_us();
+  std::string members;
+  for (std::size_t i = 0; i < m_target.endpoint.members.size(); ++i)
+    members += (i ? "," : "") + m_client.member_name(i);
+  const std::string path = version_cache_path();
+  std::vector<std::string> lines;
+  std::string version;
+  if (!path.empty()) {
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line) && lines.size() < 64;) {
+      const auto w = words(line);
+      if (w.size() != 3) continue;
+      if (w[0] == members) {
+        auto at = parse_u64(w[1]);
+        if (at && *at <= now && now - *at < k_version_cache_us) version = std::string(w[2]);
+        continue;  // written again below when asked again
+      }
+      lines.push_back(line);
+    }
+  }
+  if (version.empty()) {
+    // Every member's own version (a rolling upgrade mixes them): the lowest counts.
+    std::optional<std::array<int, 3>> lowest;
+    const milliseconds each = std::min(m_request.request_timeout, milliseconds(1000));
+    for (std::size_t i = 0; i < m_target.endpoint.members.size(); ++i) {
+      auto st = m_client.member_status(i, BootClock::now() + each);
+      if (!st) continue;
+      auto v = parse_version(st->version);
+      if (v && (!lowest || *v < *lowest)) {
+        lowest = v;
+        version = st->version;
+      }
+    }
+    if (version.empty()) return;  // nobody answered: the acquisition tells
+    if (!path.empty()) {
+      lines.push_back(members + " " + std::to_string(now) + " " + version);
+      const auto dir = path.substr(0, path.rfind('/'));
+      ::mkdir(dir.substr(0, dir.rfind('/')).c_str(), 0700);
+      ::mkdir(dir.c_str(), 0700);
+      const std::string tmp = path + "." + std::to_string(::getpid());
+      {
+        std::ofstream out(tmp, std::ios::trunc);
+        for (const auto& l : lines) out << l << '\n';
+      }
+      if (std::rename(tmp.c_str(), path.c_str()) != 0) ::unlink(tmp.c_str());
+    }
+  }
+  const auto v = parse_version(version);
+  if (!v) return;
+  std::string bugs;
+  for (const auto& bug : k_known_bugs)
+    if (has_bug(*v, bug))
+      bugs += std::string(bugs.empty() ? "" : "; ") + "etcd-io/etcd#" + std::to_string(bug.issue) + ": " + bug.what;
+  if (bugs.empty()) return;
+  log::event(log::Level::warn, "etcd_known_bugs",
+             "etcd " + version + " has known lease bugs (" + bugs +
+                 "); fencerun's lock-delay keeps a revoked holder's job and the next one apart, but upgrade to "
+                 "3.4.32, 3.5.14 or later",
+             {{"lock", m_request.lock}, {"version", version}});
 }
 
 std::expected<std::unique_ptr<HeldLease>, NotAcquired> EtcdLease::granted(Queued& q) {
@@ -767,9 +1089,12 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> EtcdLease::granted(Queued
   acquired.sent = q.sent;
   const log::Context context{m_request.lock, std::to_string(token), std::string()};
   auto renewer = std::make_unique<EtcdRenewer>(m_client, q.lease, q.key);
+  const std::int64_t revision = m_state && m_state->run ? std::max(q.look.revision, m_state->run->mod_revision)
+                                                         : q.look.revision;
   auto held = std::make_unique<EtcdHeldLease>(m_client, std::move(renewer), std::move(acquired), q.lease, q.key,
-                                              q.own.create_revision, q.revision, m_records, m_started_us, m_target,
-                                              m_request, context);
+                                              q.own.create_revision, revision, m_records, m_started_us,
+                                              std::move(m_state), m_target, m_request, context);
+  m_state.reset();
   log::event(log::Level::info, "acquired", "acquired lock", context,
              {log::millis("ttl", m_request.timing.ttl, util::format_duration(m_request.timing.ttl))});
   log::event(log::Level::info, "server",
@@ -788,15 +1113,52 @@ std::string lease_hex(std::int64_t lease) {
   return buf;
 }
 
+QueueValue parse_queue_value(std::string_view value) {
+  QueueValue q;
+  std::vector<std::string_view> w;
+  for (std::string_view rest = value; !rest.empty();) {
+    const auto sp = rest.find(' ');
+    w.push_back(rest.substr(0, sp));
+    rest = sp == std::string_view::npos ? std::string_view{} : rest.substr(sp + 1);
+  }
+  if (!w.empty()) q.owner = std::string(w[0]);
+  if (w.size() > 1)
+    if (auto pid = parse_u64(w[1])) q.pid = static_cast<long>(*pid);
+  if (w.size() == 5) {
+    q.host = std::string(w[2]);
+    if (auto ttl = parse_u64(w[3])) q.ttl_ms = static_cast<std::int64_t>(*ttl);
+    if (auto ticket = parse_u64(w[4]); ticket && *ticket <= k_max_token) q.ticket = static_cast<std::int64_t>(*ticket);
+  } else if (w.size() > 2) {
+    // "OWNER PID HOST" of an older version (a host name never has a space: fencerun replaces them).
+    const auto host_at = value.find(' ', value.find(' ') + 1);
+    q.host = std::string(value.substr(host_at + 1));
+  }
+  return q;
+}
+
+std::string queue_value(const QueueValue& v) {
+  return v.owner + " " + (v.pid ? std::to_string(*v.pid) : "0") + " " + (v.host.empty() ? "-" : v.host) + " " +
+         std::to_string(v.ttl_ms.value_or(0)) + " " + std::to_string(v.ticket);
+}
+
+std::int64_t etcd_queue_order(const etcd::KeyValue& kv) {
+  const auto ticket = parse_queue_value(kv.value).ticket;
+  return ticket > 0 ? ticket : kv.create_revision;
+}
+
+void etcd_sort_queue(std::vector<etcd::KeyValue>& queue) {
+  std::ranges::stable_sort(queue, [](const etcd::KeyValue& a, const etcd::KeyValue& b) {
+    const auto oa = etcd_queue_order(a), ob = etcd_queue_order(b);
+    return oa != ob ? oa < ob : a.create_revision < b.create_revision;
+  });
+}
+
 Holder etcd_holder_of(const etcd::KeyValue& kv, std::optional<std::uint64_t> base) {
   Holder h;
-  std::string_view v = kv.value;
-  const auto sp = v.find(' ');
-  h.owner = std::string(v.substr(0, sp));
-  v = sp == std::string_view::npos ? std::string_view{} : v.substr(sp + 1);
-  const auto sp2 = v.find(' ');
-  if (auto pid = parse_u64(v.substr(0, sp2))) h.pid = static_cast<long>(*pid);
-  h.host = sp2 == std::string_view::npos ? std::string() : std::string(v.substr(sp2 + 1));
+  const auto v = parse_queue_value(kv.value);
+  h.owner = v.owner;
+  h.pid = v.pid;
+  h.host = v.host == "-" ? std::string() : v.host;
   if (base) h.token = *base + static_cast<std::uint64_t>(kv.create_revision);
   return h;
 }
@@ -805,14 +1167,14 @@ std::string EtcdKeys::key(std::int64_t lease) const { return prefix + lease_hex(
 
 EtcdKeys etcd_keys_for(std::string_view key_prefix, std::string_view name) {
   const std::string tag = std::string(key_prefix) + "{" + std::string(name) + "}:";
-  return {tag + "wait/", tag + "base", tag + "run", tag + "ok", tag + "runs"};
+  return {tag + "wait/", tag + "base", tag + "run", tag + "ok", tag + "runs", tag + "delay"};
 }
 
 std::vector<std::string> etcd_run_records(std::string_view value, std::size_t count) {
   std::vector<std::string> out;
   while (!value.empty() && out.size() < count) {
     const auto nl = value.find('\n');
-    if (nl != 0) out.emplace_back(value.substr(0, nl));
+    if (nl != 0 && value[0] != '#') out.emplace_back(value.substr(0, nl));  // '#': the lease's stamp
     value = nl == std::string_view::npos ? std::string_view{} : value.substr(nl + 1);
   }
   return out;

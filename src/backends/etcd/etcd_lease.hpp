@@ -1,27 +1,46 @@
 #pragma once
 // The lease on an etcd cluster: an etcd lease (LeaseGrant, kept alive with LeaseKeepAlive) with one
-// key per holder or waiter attached to it, etcd's own lock recipe:
+// key per holder or waiter attached to it:
 //
-//   <prefix>{NAME}:wait/<lease id, 16 hex digits>   "OWNER PID HOST", attached to the run's lease
+//   <prefix>{NAME}:wait/<lease id, 16 hex digits>   "OWNER PID HOST TTL_MS TICKET", attached to the run's lease
 //   <prefix>{NAME}:base                              the lock's token base, set once, never changed
+//   <prefix>{NAME}:delay                             the lock-delay of a vanished holder (see below)
 //
-// The holder is the key with the smallest create_revision; a waiter watches only the key just before
-// its own (FIFO, one watch each). The token is base + the holder key's create_revision: revisions are
-// the Raft log's, strictly increasing across leader changes, and the base, set once from the clock in
-// microseconds, keeps tokens above those a Redis server issued for the same lock before (see
-// fencerun(1), ETCD). Release revokes the lease, which deletes the key with it.
+// The queue's order is each key's TICKET, or its create_revision when TICKET is 0: a waiter whose key
+// vanished (its lease revoked, etcd-io/etcd#15247 revokes them all at once) queues again with the
+// place it had as TICKET, so waiters keep their order through revocations. The first key in that
+// order holds the lock once it has put the run in progress (`run`, below) in a transaction that
+// compares its own key and the record's keys: that write is the commit point, so two keys that both
+// see themselves first (a revoked waiter coming back) never both run. The token is base + the holder
+// key's create_revision, checked to be above every token recorded before (a key that would not be is
+// put again). Revisions are the Raft log's, strictly increasing across leader changes; the base, set
+// once from the clock in microseconds, keeps tokens above those a Redis server issued for the same lock
+// before (see fencerun(1), ETCD). Release writes the record (deleting `run`), then revokes the lease,
+// which deletes the key with it.
+//
+// Lock-delay: a holder whose key vanished without that release (its lease revoked or expired, or the
+// key deleted by `fencerun break`) left its `run` behind. Its command may still be running until its
+// own deadline, at most its TTL after the key vanished. The next holder therefore does not start while
+// `run` names an owner without a key: it creates `delay` on an etcd lease of that TTL (--lock-delay
+// overrides it), and waits until the server expires it or the vanished holder closes its run (it does
+// once its whole job is gone). Timed by the server's lease, one clock for every host.
 //
 // The record of runs (run_record.hpp), beside the lock, attached to one etcd lease of --records-ttl
-// (kept alive at each write, so a NAME unused that long leaves nothing):
+// (kept alive by a release at most every quarter of that TTL, when the stamp "#kept US" that heads
+// `runs` says so; a NAME unused that long leaves nothing):
 //
-//   <prefix>{NAME}:run    the run in progress: "OWNER START_US TOKEN PID HOST VERSION"
+//   <prefix>{NAME}:run    the run in progress: "OWNER START_US TOKEN PID HOST VERSION TTL_MS"
 //   <prefix>{NAME}:ok     the last successful run's record
-//   <prefix>{NAME}:runs   the last --keep-runs records, newest first, one per line
+//   <prefix>{NAME}:runs   "#kept US", then the last --keep-runs records, newest first, one per line
 //
 // Times are this host's wall clock (etcd has none a client can read). The holder writes them in
 // transactions that compare its own key's create_revision (it holds the lock only while that key is
 // there) and the three keys' mod_revision as read: the --min-interval check and the write of `run` are
 // one such transaction, so two hosts never both pass it.
+//
+// An uncontended run makes five requests: LeaseGrant; one transaction that puts the key and reads the
+// queue, the base and the record; one that puts `run`; after the command, one that writes the record;
+// LeaseRevoke.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -43,6 +62,7 @@ struct EtcdKeys {
   std::string run;     // <prefix>{NAME}:run    the record of runs
   std::string ok;      // <prefix>{NAME}:ok
   std::string runs;    // <prefix>{NAME}:runs
+  std::string delay;   // <prefix>{NAME}:delay
   std::string key(std::int64_t lease) const;  // prefix + the lease id in 16 lower-case hex digits
 };
 EtcdKeys etcd_keys_for(std::string_view key_prefix, std::string_view name);
@@ -56,7 +76,23 @@ std::string lease_hex(std::int64_t lease);
 // The records of the `runs` key's value, newest first (at most `count`).
 std::vector<std::string> etcd_run_records(std::string_view value, std::size_t count = SIZE_MAX);
 
-// What a key's value says of its holder ("OWNER PID HOST"), with its token when the base is known.
+// What a queue key's value says: "OWNER PID HOST TTL_MS TICKET" (older versions: "OWNER PID HOST").
+struct QueueValue {
+  std::string owner;
+  std::optional<long> pid;
+  std::string host;
+  std::optional<std::int64_t> ttl_ms;
+  std::int64_t ticket = 0;
+};
+QueueValue parse_queue_value(std::string_view value);
+std::string queue_value(const QueueValue& v);
+
+// A key's place in the queue: its ticket, or its create_revision.
+std::int64_t etcd_queue_order(const etcd::KeyValue& kv);
+// Sorts keys into queue order (ties: by create_revision).
+void etcd_sort_queue(std::vector<etcd::KeyValue>& queue);
+
+// What a key's value says of its holder, with its token when the base is known.
 Holder etcd_holder_of(const etcd::KeyValue& kv, std::optional<std::uint64_t> base);
 
 struct EtcdLeaseTarget {
