@@ -505,18 +505,16 @@ struct Look {
   std::optional<KeyValue> own, base, run, ok, runs, delay;
 };
 
-// The greatest token the record shows as issued: the run in progress's, the newest record's, the last
+// The greatest token the record shows as issued: the run in progress's, the records kept, the last
 // success's.
 std::uint64_t last_recorded_token(const Look& l) {
   std::uint64_t last = 0;
   if (l.run)
     if (auto run = parse_run(l.run->value))
       if (auto t = parse_u64(run->token)) last = std::max(last, *t);
-  if (l.runs) {
-    auto newest = etcd_run_records(l.runs->value, 1);
-    if (!newest.empty())
-      if (auto r = parse_run_record(newest.front()); r && r->token) last = std::max(last, *r->token);
-  }
+  if (l.runs)  // every record kept (a paused holder's late record may come first)
+    for (const auto& record : etcd_run_records(l.runs->value))
+      if (auto r = parse_run_record(record); r && r->token) last = std::max(last, *r->token);
   if (l.ok)
     if (auto r = parse_run_record(l.ok->value); r && r->token) last = std::max(last, *r->token);
   return last;
