@@ -196,6 +196,7 @@ TEST_F(EtcdLockDelayTest, WaitersKeepTheirOrderThroughRevocations) {
 
 // An uncontended run is five requests (grant, queue-and-read, the run's start, its record, revoke),
 // counted by the members themselves; the version check is made once and then read from the cache.
+// (A job that runs past 20 ms also has the renewal thread and the holder's watch stream.)
 TEST_F(EtcdLockDelayTest, UncontendedRunMakesFiveRequests) {
   auto warm = run({"-r", etcd().url(), "count", "--", "true"}, cache_env());
   ASSERT_EQ(warm.exit_code, 0) << warm;
@@ -211,7 +212,9 @@ TEST_F(EtcdLockDelayTest, UncontendedRunMakesFiveRequests) {
   for (const auto& [method, n] : handled_by_all()) {
     const long long d = n - (before.contains(method) ? before.at(method) : 0);
     if (d == 0) continue;
-    used += d;
+    // The holder's watch of its own key is a stream opened once the job has run 20 ms (on a loaded
+    // machine, even `true` may): not a request of the acquisition or the release.
+    if (method != "Watch") used += d;
     by_method += " " + method + "=" + std::to_string(d);
   }
   std::cout << "requests for " << k_runs << " runs: " << used << " (" << by_method << " )\n";

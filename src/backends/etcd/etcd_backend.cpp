@@ -106,6 +106,7 @@ class EtcdBackend final : public Backend, public LockAdmin {
       if (page->kvs.size() < 1000) break;
       from = page->kvs.back().key + std::string(1, '\0');
     }
+    for (auto& [name, keys] : locks) etcd_sort_queue(keys.queue);
     for (auto& [name, r] : records) {
       auto it = locks.find(name);
       if (it == locks.end()) continue;
@@ -189,6 +190,7 @@ class EtcdBackend final : public Backend, public LockAdmin {
     };
     LockKeys k;
     k.queue = std::move(queue->kvs);
+    etcd_sort_queue(k.queue);
     if (auto base = value(0)) k.base = parse_u64(*base);
     if (auto runs = value(1)) k.last_run = newest_record(*runs);
     k.last_success = value(2);
@@ -214,10 +216,11 @@ class EtcdBackend final : public Backend, public LockAdmin {
     // Raft entry. A lease that is gone already held nothing any more.
     const auto keys = etcd_keys_for(m_target.key_prefix, lock);
     const Deadline deadline = BootClock::now() + m_target.timeout;
-    auto queue = m_client.range({keys.prefix, etcd::prefix_end(keys.prefix), etcd::Sort::create_ascending, 1, 0},
+    auto queue = m_client.range({keys.prefix, etcd::prefix_end(keys.prefix), etcd::Sort::create_ascending, 0, 0},
                                 deadline);
     if (!queue) return std::unexpected(queue.error());
     if (queue->kvs.empty()) return false;
+    etcd_sort_queue(queue->kvs);
     const auto& first = queue->kvs.front();
     if (etcd_holder_of(first, std::nullopt).owner != owner) return false;
     return m_client.revoke(first.lease, deadline);

@@ -908,6 +908,9 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> EtcdLease::acquire(Waiter
           return std::unexpected(NotAcquired{NotAcquired::Reason::skipped, 0, 0, last ? last->start_us : 0});
         }
       }
+      // A lock-delay that ended by the vanished run's close is of no use any more.
+      if (l.delay && l.delay->lease != 0)
+        [[maybe_unused]] auto revoked = m_client.revoke(l.delay->lease, BootClock::now() + timeout);
       waited = since(began);
       return granted(q);
     }
