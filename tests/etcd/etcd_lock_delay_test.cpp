@@ -194,6 +194,25 @@ TEST_F(EtcdLockDelayTest, WaitersKeepTheirOrderThroughRevocations) {
   EXPECT_TRUE(nothing_left("order", 12s));
 }
 
+// A waiter ahead that left of its own accord (its wait ran out) delays nobody: with nothing revoked,
+// the next waiter starts as soon as the holder releases, not one --renew later.
+TEST_F(EtcdLockDelayTest, AWaiterThatLeftDelaysNobody) {
+  auto h = start(sh_args("left", "echo \"$FENCERUN_TOKEN\" > token; while [ ! -e go ]; do sleep 0.02; done",
+                         {"--ttl", "12s"}),
+                 cache_env());
+  wait_line("token");
+  auto w0 = start(sh_args("left", "echo w0 >> order", {"--wait", "1s", "--ttl", "12s"}), cache_env());
+  ASSERT_TRUE(wait_until([&] { return waiters("left").size() == 2; }, 10s)) << w0->result();
+  auto w1 = start(sh_args("left", "echo w1 >> order", {"--wait", "40s", "--ttl", "12s"}), cache_env());
+  ASSERT_TRUE(wait_until([&] { return waiters("left").size() == 3; }, 10s)) << w1->result();
+  EXPECT_EQ(w0->wait_for_exit(10s), exit_code::k_conflict_default) << w0->result();
+  touch("go");
+  ASSERT_EQ(h->wait_for_exit(10s), 0) << h->result();
+  ASSERT_EQ(w1->wait_for_exit(30s), 0) << w1->result();
+  EXPECT_LT(ms_between(h->exited_at(), w1->exited_at()), 2000) << w1->result();
+  EXPECT_EQ(read_file(file("order")).value_or(""), "w1\n");
+}
+
 // An uncontended run is five requests (grant, queue-and-read, the run's start, its record, revoke),
 // counted by the members themselves; the version check is made once and then read from the cache.
 // (A job that runs past 20 ms also has the renewal thread and the holder's watch stream.)
@@ -239,6 +258,32 @@ TEST_F(EtcdLockDelayTest, KnownBugsAreNamedOnce) {
   auto again = run({"-r", etcd().url(), "bugs", "--", "true"}, cache_env());
   EXPECT_EQ(again.exit_code, 0) << again;
   EXPECT_EQ(again.err.find("etcd-io/etcd#15247") != std::string::npos, buggy) << again;
+}
+
+// The cluster's revisions went back below a token already issued (a restore from a backup, or
+// etcd-io/etcd#17780): here a record that names a token far above the next one. The run refuses (69)
+// and says why, rather than issue a token that is not above every earlier one.
+TEST_F(EtcdLockDelayTest, RevisionsBelowAnIssuedTokenAreRefused) {
+  auto first = run({"-r", etcd().url(), "back", "--", "printenv", "FENCERUN_TOKEN"}, cache_env());
+  ASSERT_EQ(first.exit_code, 0) << first;
+  const auto token = token_of(first.out);
+  ASSERT_TRUE(token);
+  const auto ok = etcd().get(lock_prefix("back") + "ok");
+  ASSERT_TRUE(ok) << "no record of the first run";
+  // The same record with a token a million revisions ahead.
+  std::istringstream in(*ok);
+  std::vector<std::string> f;
+  for (std::string w; in >> w;) f.push_back(w);
+  ASSERT_GE(f.size(), 6u) << *ok;
+  f[5] = std::to_string(*token + 1'000'000);
+  std::string forged;
+  for (const auto& w : f) forged += (forged.empty() ? "" : " ") + w;
+  etcd().etcdctl_ok({"put", lock_prefix("back") + "ok", forged});
+  auto r = run({"-r", etcd().url(), "back", "--", "sh", "-c", "echo ran > ran"}, cache_env());
+  EXPECT_EQ(r.exit_code, exit_code::k_unavailable) << r;
+  EXPECT_NE(r.err.find("revisions went back"), std::string::npos) << r;
+  EXPECT_FALSE(read_file(file("ran")).has_value());
+  EXPECT_TRUE(nothing_left("back"));
 }
 
 }  // namespace

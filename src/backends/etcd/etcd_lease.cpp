@@ -534,6 +534,15 @@ class EtcdLease final : public Lease {
     std::string key;
     std::int64_t ticket = 0;  // the place kept from a key that vanished (0: none)
     std::string delay_seen;   // the token of the vanished run whose lock-delay this run saw running
+    bool put_again = false;   // the key was put again for a token above the recorded ones
+    // Keys seen ahead of ours, and since when each one is missing (gone without a key at its place
+    // or a record of its run).
+    struct Ahead {
+      KeyValue kv;
+      std::optional<Deadline> missing_until;
+    };
+    std::vector<Ahead> was_ahead;
+    bool saw_revocation = false;  // our key vanished, or a holder's run was left behind
     std::uint64_t base = 0;
     KeyValue own;
     Deadline sent{};  // of the last request that confirmed the lease (grant or keep-alive)
@@ -581,6 +590,9 @@ class EtcdLease final : public Lease {
     Queued next;
     next.ticket = q.ticket;
     next.delay_seen = std::move(q.delay_seen);
+    next.put_again = q.put_again;
+    next.was_ahead = std::move(q.was_ahead);
+    next.saw_revocation = q.saw_revocation;
     q = std::move(next);
   }
 
@@ -805,6 +817,7 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> EtcdLease::acquire(Waiter
   };
   // Our key is gone (revoked, expired, deleted): queue again, keeping our place.
   const auto requeue = [&] {
+    q.saw_revocation = true;
     if (q.own.create_revision > 0) q.ticket = etcd_queue_order(q.own);
     leave(q);
   };
@@ -872,6 +885,39 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> EtcdLease::acquire(Waiter
       for (const auto& kv : l.queue)
         if (parse_queue_value(kv.value).owner == run->owner) run_holder = kv;
     if (!ahead && run_holder) ahead = run_holder;
+    if (run_of_other && !run_holder) q.saw_revocation = true;
+
+    // Waiters ahead of ours that vanished together with the holder (a revocation of every lease, as
+    // etcd#15247 makes) come back with their places as tickets: a run that saw a revocation (its own
+    // key vanished, or a holder's run left behind) and became first gives them one --renew (they
+    // notice at their next keep-alive at the latest) and a request's time before it commits. A key
+    // counts as gone when no key has its place and no record has its token (a holder that ran and
+    // released is in the record). A waiter that left of its own accord (its wait ran out) delays
+    // nobody when nothing was revoked.
+    std::optional<Deadline> settle_until;
+    {
+      const std::uint64_t last = last_recorded_token(l);
+      const Deadline now = BootClock::now();
+      std::vector<Queued::Ahead> kept;
+      for (auto& a : q.was_ahead) {
+        const auto place = etcd_queue_order(a.kv);
+        const bool back = std::ranges::any_of(l.queue, [&](const KeyValue& kv) {
+          return kv.key != q.key && etcd_queue_order(kv) == place;
+        });
+        const bool ran = q.base + static_cast<std::uint64_t>(a.kv.create_revision) <= last;
+        if (back || ran) continue;
+        if (!a.missing_until) a.missing_until = now + m_request.timing.renew + timeout;
+        if (now >= *a.missing_until) continue;  // not coming back: it left
+        settle_until = settle_until ? std::min(*settle_until, *a.missing_until) : *a.missing_until;
+        kept.push_back(std::move(a));
+      }
+      for (const auto& kv : l.queue) {
+        if (kv.key == q.key) break;
+        kept.push_back({kv, std::nullopt});
+      }
+      q.was_ahead = std::move(kept);
+    }
+    const bool settling = !ahead && settle_until.has_value() && q.saw_revocation;
 
     // The lock-delay of a vanished holder's run: over once this run saw it running and then gone (the
     // server expired its lease), or when the run is closed (its holder's job is gone).
@@ -879,11 +925,30 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> EtcdLease::acquire(Waiter
     const bool delay_over = run_of_other && !l.delay && q.delay_seen == run->token;
     const bool delayed = !ahead && run_of_other && !delay_over &&
                          !(m_request.lock_delay && m_request.lock_delay->count() == 0);
+    if (!ahead && !delayed && settling) {
+      // Look again shortly (a vanished waiter's key comes back at a place of its own).
+      bool ignored = false;
+      if (auto sig = waiter.sleep_until(std::min(BootClock::now() + milliseconds(100), *settle_until), -1, ignored))
+        return refuse(NotAcquired::Reason::interrupted, *sig);
+      continue;
+    }
     if (!ahead && !delayed) {
       // First: the token must be above every one issued before (a key that came back to its place has
       // an older revision than the holders it now follows): put the key again when it is not.
       const std::uint64_t token = q.base + static_cast<std::uint64_t>(q.own.create_revision);
-      if (token <= last_recorded_token(l)) {
+      if (const auto last = last_recorded_token(l); token <= last) {
+        // A key put after every recorded holder's has a greater revision, unless the cluster's
+        // revisions went back (a restore from a backup, etcd#17780): then no token is safe to issue.
+        if (q.put_again) {
+          log_unavailable({Error::Kind::protocol,
+                           "the cluster's revision " + std::to_string(q.own.create_revision) +
+                               " gives token " + std::to_string(token) + ", not above token " + std::to_string(last) +
+                               " already issued for this lock: its revisions went back (a restore from a backup, "
+                               "or etcd-io/etcd#17780); not running"});
+          q.ticket = 0;
+          return refuse(NotAcquired::Reason::unavailable);
+        }
+        q.put_again = true;
         requeue();
         continue;
       }
