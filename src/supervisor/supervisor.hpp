@@ -50,7 +50,18 @@ struct Outcome {
   int wait_status = 0;          // of the command itself
   bool stopped_for_lease = false;
   bool killed = false;          // SIGKILL was needed
-  std::optional<Deadline> command_died_at;  // when the group was seen gone
+  // When the job was gone: as fencerun saw it, or, when the watchdog ended it (fencerun stopped or
+  // starved meanwhile), no later than the watchdog's SIGKILL.
+  std::optional<Deadline> command_died_at;
+  Deadline command_started_at{};  // when the command was started
+  // When the command itself ended: reaped by fencerun, or seen exiting by the watchdog, whichever was
+  // first (a fencerun stopped past the stop point sees it only when it runs again).
+  std::optional<Deadline> command_ended_at;
+  // How long the command ran (command_ended_at - command_started_at).
+  std::optional<BootClock::duration> ran() const {
+    if (!command_ended_at) return std::nullopt;
+    return *command_ended_at - command_started_at;
+  }
 };
 
 class Supervisor {
@@ -76,6 +87,7 @@ class Supervisor {
   void kill_now_and_wait();
   void drop_watchdog(bool disarm);
   void stop_with_the_job();
+  void take_watchdog_report(Outcome& out) const;
 
   SignalChannel& m_signals;
   StopPolicy m_policy;
@@ -94,6 +106,9 @@ class Supervisor {
   int m_tty = -1;
   bool m_exited = false;
   int m_status = 0;
+  Deadline m_started_at{};  // the command's start
+  Deadline m_exited_at{};   // when reap() saw the command exit
+  const WatchReport* m_report = nullptr;  // the watchdog's (stays valid after it is dropped)
 };
 
 }  // namespace fencerun::supervisor
