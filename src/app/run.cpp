@@ -170,6 +170,7 @@ Exit run_under(const config::Config& c, supervisor::SignalChannel& signals, leas
   if (WIFSIGNALED(outcome.wait_status)) ran.signal = WTERMSIG(outcome.wait_status);
   else ran.exit_code = exit_code_from_wait_status(outcome.wait_status);
   ran.outcome = outcome.stopped_for_lease ? "stopped" : ran.exit_code == 0 ? "ok" : "failed";
+  if (auto took = outcome.ran()) ran.ran = std::chrono::duration_cast<std::chrono::microseconds>(*took);
   held.set_outcome(ran);
   const bool succeeded = ran.outcome == "ok";
   // The whole job is gone: release (the next waiter is waiting for it).

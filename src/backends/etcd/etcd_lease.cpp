@@ -339,7 +339,11 @@ class EtcdHeldLease final : public KeptLease {
   // A cluster without a leader for a moment (an election) is waited for, while the lease lasts with a
   // request's time to spare for the revoke: nobody else can hold the lock before it ends anyway.
   void record_end(const RunOutcome& how) {
-    const std::uint64_t end = wall_us();
+    // The start plus how long the command ran (a fencerun stopped or starved after the job ended
+    // releases late); the time now when that is not known.
+    std::uint64_t end = wall_us();
+    if (how.ran && how.ran->count() >= 0)
+      end = std::min(end, *m_started_us + static_cast<std::uint64_t>(how.ran->count()));
     const std::string token = std::to_string(m_acquired.token);
     auto warn = [&](const Error& e) {
       log::event(log::Level::warn, "record_failed", "could not record the run in etcd: " + e.message, m_context);
