@@ -96,6 +96,53 @@ TEST_P(ReleaseChaos, LostHolderDoesNotDeleteTheNextOwnersLock) {
 
 INSTANTIATE_TEST_SUITE_P(Contract, ReleaseChaos, kAllSetups, setup_name);
 
+// 6b. The record of a run whose fencerun was frozen (SIGSTOP) past its lease: the watchdog stops the
+// command at the stop point; fencerun, thawed seconds after the lease ran out, exits 124 and writes a
+// record whose duration is what the command ran (its end is when the watchdog ended it, not when
+// fencerun woke up), and does not claim that the command may have run without the lease.
+class PausedRecordChaos : public ContractChaosTest {};
+
+TEST_P(PausedRecordChaos, RecordSaysWhatTheCommandRan) {
+  using namespace std::chrono;
+  // The command writes when it began (wall clock, ns) and its pid, then sleeps until it is stopped.
+  auto holder = start(sh_args("paused", "date +%s%N > begun; echo $$ > pid; exec sleep 30", {"--ttl", "3s"}));
+  const pid_t pid = wait_pid("pid");
+  ASSERT_TRUE(holder->signal(SIGSTOP));
+  const auto frozen = Clock::now();
+  // The command's end as seen from outside (a zombie counts as ended).
+  system_clock::time_point ended{};
+  ASSERT_TRUE(wait_until(
+      [&] {
+        if (!process_dead(pid)) return false;
+        ended = system_clock::now();
+        return true;
+      },
+      10s, 1ms))
+      << "the command of the frozen fencerun still runs " << ms_between(frozen, Clock::now()) << " ms after";
+  // fencerun stays frozen until the lease has run out on the server (the lock is free): past its TTL.
+  ASSERT_TRUE(wait_until([&] { return status_json("paused").first == 3; }, 20s, 50ms))  // 3: free
+      << "the lock stayed held by the frozen run";
+  ASSERT_TRUE(holder->signal(SIGCONT));
+  ASSERT_TRUE(holder->wait_for_exit(30s)) << holder->result();
+  const RunResult r = holder->result();
+  EXPECT_EQ(r.exit_code, kLeaseLost) << r;
+  EXPECT_EQ(r.err.find("may have run without the lease"), std::string::npos) << r;
+  const auto begun_line = wait_line("begun");
+  const system_clock::time_point begun{duration_cast<system_clock::duration>(nanoseconds(std::stoll(begun_line)))};
+  const long long ran_ms = duration_cast<milliseconds>(ended - begun).count();
+  auto h = admin({"history", "paused", "--json"});
+  auto j = parse_json(h.out);
+  ASSERT_TRUE(j && j->kind == Json::Kind::Array && !j->items.empty()) << h;
+  const auto recorded = json_int_of(j->items[0].find("duration_ms"));
+  ASSERT_TRUE(recorded) << h;
+  std::cout << "[ paused ] the command ran " << ran_ms << " ms, the record says " << *recorded << " ms (fencerun "
+            << "frozen " << ms_between(frozen, Clock::now()) << " ms)\n";
+  EXPECT_EQ(field(j->items[0], "outcome"), "stopped") << h;
+  EXPECT_LE(std::abs(*recorded - ran_ms), 100) << h << "\n" << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(Contract, PausedRecordChaos, kAllSetups, setup_name);
+
 // 10. A holder's fencerun killed with SIGKILL: its job dies with it, the next run gets the lock once
 // the TTL has run out (not much later), and the record shows the killed run.
 class KilledHolderChaos : public ContractChaosTest {};
