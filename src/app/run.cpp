@@ -161,7 +161,8 @@ Exit run_under(const config::Config& c, supervisor::SignalChannel& signals, leas
                                  held.keep([&sup](Deadline renewed) { sup.lease_renewed(renewed); });
                                  return held.wake_fd();
                                },
-                               std::min(BootClock::now() + milliseconds(20), deadline - t.ttl + t.drift + t.renew)};
+                               std::min(BootClock::now() + milliseconds(20), deadline - t.ttl + t.drift + t.renew),
+                               [&held] { return std::string(lease::loss_cause_name(held.loss_cause())); }};
   auto outcome = sup.supervise(watch);
   held.stop_keeping();
   log_stop_margin(outcome, held.deadline(), context);

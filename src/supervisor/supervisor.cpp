@@ -305,11 +305,19 @@ Outcome Supervisor::supervise(const LeaseWatch& lease) {
         next = lease.keep_by;
       }
     }
+    if (state != State::killed && lease.lost()) {
+      // The lock is gone or another owner's: no grace, the whole job is killed at once.
+      const std::string cause = lease.loss_cause ? lease.loss_cause() : std::string();
+      log::event(log::Level::error, "stopping", "lease lost: killing the command at once (no grace)", m_context,
+                 {{"signal", "SIGKILL"}, {"pgid", std::to_string(m_pid)}, {"cause", cause.empty() ? "lost" : cause}});
+      if (state == State::running) out.stopped_for_lease = true;
+      signal_job(SIGKILL);
+      out.killed = true;
+      state = State::killed;
+    }
     if (state == State::running) {
       Deadline stop_at = m_policy.points.stop_at(lease.deadline());
-      if (lease.lost()) {
-        begin_stop(now, true, "lease lost: stopping the command");
-      } else if (now >= stop_at) {
+      if (now >= stop_at) {
         begin_stop(now, true, "lease could not be renewed in time: stopping the command");
       } else if (m_exited) {
         begin_stop(now, false, "the command exited: stopping processes left in its group");
