@@ -125,12 +125,14 @@ TEST(EtcdSectionCheck, CountsOverlapsEqualTokensAndRegressions) {
   EXPECT_EQ(equal.equal, 1) << equal;
   auto back = check_sections("start 7\nend 7\nstart 5\nend 5\n");
   EXPECT_EQ(back.regressions, 1) << back;
-  // A section fencerun stopped (124) has no end: the next start closes it.
-  auto stopped = check_sections("start 5\nstart 7\nend 7\n", {5});
-  EXPECT_TRUE(stopped.ok()) << stopped;
-  auto not_stopped = check_sections("start 5\nstart 7\nend 7\n");
-  EXPECT_EQ(not_stopped.overlaps, 1) << not_stopped;
+  // Every section must end before the next starts, one fencerun stopped (124) too.
+  auto no_end = check_sections("start 5\nstart 7\nend 7\n");
+  EXPECT_EQ(no_end.overlaps, 1) << no_end;
+  // "start T PID": the pid of the section's command (SectionWatcher follows it).
+  auto with_pids = check_sections("start 5 100\nend 5\nstart 7 101\nend 7\n");
+  EXPECT_TRUE(with_pids.ok()) << with_pids;
   EXPECT_EQ(check_sections("start x\n").malformed, 1);
+  EXPECT_EQ(check_sections("end 5 100\n").malformed, 1);
 }
 
 // descendants() finds a child's children.
