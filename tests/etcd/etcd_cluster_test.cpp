@@ -135,6 +135,24 @@ TEST(EtcdSectionCheck, CountsOverlapsEqualTokensAndRegressions) {
   EXPECT_EQ(check_sections("end 5 100\n").malformed, 1);
 }
 
+// A section whose command is killed before it writes its end gets its end from the watcher, at its
+// death: before the next start.
+TEST(EtcdSectionCheck, WatcherWritesTheEndOfAKilledSection) {
+  TempDir dir("sections");
+  const auto log = dir / "log";
+  SectionWatcher watcher(log);
+  Process killed({"/bin/sh", "-c", "echo \"start 5 $$\" >> '" + log.string() + "'; exec sleep 30"});
+  ASSERT_TRUE(wait_until([&] { return watcher.following() == 1; }, 10s, 1ms)) << read_file(log).value_or("");
+  ASSERT_TRUE(killed.signal(SIGKILL));
+  ASSERT_TRUE(wait_until([&] { return read_file(log).value_or("").find("end 5") != std::string::npos; }, 10s, 1ms))
+      << read_file(log).value_or("");
+  write_file(log, read_file(log).value_or("") + "start 7\nend 7\n");
+  EXPECT_EQ(watcher.finish(), 1);
+  auto check = check_sections(read_file(log).value_or(""));
+  EXPECT_TRUE(check.ok()) << check;
+  EXPECT_EQ(check.acquisitions, 2) << check;
+}
+
 // descendants() finds a child's children.
 TEST(EtcdSectionCheck, DescendantsOfAProcess) {
   TempDir d("desc");

@@ -174,6 +174,8 @@ class SectionWatcher {
     if (m_thread.joinable()) m_thread.join();
     return m_written;
   }
+  // How many commands it follows now (opened, not yet seen dead).
+  int following() const { return m_following.load(); }
 
  private:
   void run() {
@@ -197,6 +199,7 @@ class SectionWatcher {
           const int fd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(l->pid), 0));
           if (fd >= 0) followed[fd] = l->token;
         }
+        m_following.store(static_cast<int>(followed.size()));
       }
     };
     for (;;) {
@@ -214,6 +217,7 @@ class SectionWatcher {
         const long long token = followed[p.fd];
         ::close(p.fd);
         followed.erase(p.fd);
+        m_following.store(static_cast<int>(followed.size()));
         if (ended.contains(token)) continue;
         const std::string line = "end " + std::to_string(token) + "\n";
         const int log = ::open(m_log.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
@@ -230,6 +234,7 @@ class SectionWatcher {
 
   std::filesystem::path m_log;
   std::atomic<bool> m_finishing{false};
+  std::atomic<int> m_following{0};
   std::atomic<Clock::rep> m_finish_by{0};
   int m_written = 0;
   std::thread m_thread;
