@@ -162,7 +162,8 @@ Exit run_under(const config::Config& c, supervisor::SignalChannel& signals, leas
                                  held.keep([&sup](Deadline renewed) { sup.lease_renewed(renewed); });
                                  return held.wake_fd();
                                },
-                               std::min(BootClock::now() + milliseconds(20), deadline - t.ttl + t.drift + t.renew)};
+                               std::min(BootClock::now() + milliseconds(20), deadline - t.ttl + t.drift + t.renew),
+                               [&held] { return std::string(lease::loss_cause_name(held.loss_cause())); }};
   auto outcome = sup.supervise(watch);
   held.stop_keeping();
   log_stop_margin(outcome, held.deadline(), context);
@@ -171,6 +172,7 @@ Exit run_under(const config::Config& c, supervisor::SignalChannel& signals, leas
   if (WIFSIGNALED(outcome.wait_status)) ran.signal = WTERMSIG(outcome.wait_status);
   else ran.exit_code = exit_code_from_wait_status(outcome.wait_status);
   ran.outcome = outcome.stopped_for_lease ? "stopped" : ran.exit_code == 0 ? "ok" : "failed";
+  if (auto took = outcome.ran()) ran.ran = std::chrono::duration_cast<std::chrono::microseconds>(*took);
   held.set_outcome(ran);
   const bool succeeded = ran.outcome == "ok";
   // The whole job is gone: release (the next waiter is waiting for it).

@@ -98,12 +98,12 @@ void LeaseKeeper::run() {
       next = m_schedule.next_renewal(sent);
       continue;
     }
-    if (outcome) {  // gone or stolen: the lease is lost, stop at once
+    if (outcome) {  // gone, stolen, broken or revoked: the lease is lost, stop at once
+      const LossCause cause = loss_cause_of(*outcome);
+      m_cause.store(cause);
       m_lost.store(true);
-      log::event(log::Level::error, "lease_lost",
-                 *outcome == RenewOutcome::gone ? "lease lost: the lock key is gone"
-                                                : "lease lost: the lock is held by another owner",
-                 m_context);
+      log::event(log::Level::error, "lease_lost", std::string("lease lost: ") + loss_cause_text(cause), m_context,
+                 {{"cause", loss_cause_name(cause)}});
       wake();
       return;
     }

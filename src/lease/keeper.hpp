@@ -43,6 +43,8 @@ class LeaseKeeper {
   Deadline deadline() const { return Deadline(BootClock::duration(m_deadline_ns.load())); }
   // True once a renewal found the lock gone or held by another owner.
   bool lost() const { return m_lost.load(); }
+  // Why (none while lost() is false).
+  LossCause loss_cause() const { return m_cause.load(); }
   // Readable (eventfd) when the lease was lost or renewal gave up at the stop point.
   int wake_fd() const { return m_wake.get(); }
   Stats stats() const;
@@ -60,6 +62,7 @@ class LeaseKeeper {
   std::function<void(Deadline)> m_on_renewed;
 
   std::atomic<BootClock::rep> m_deadline_ns;
+  std::atomic<LossCause> m_cause{LossCause::none};  // set before m_lost
   std::atomic<bool> m_lost{false};
   UniqueFd m_wake;
 
@@ -85,6 +88,7 @@ class KeptLease : public HeldLease {
     if (m_keeper) m_keeper->stop();
   }
   bool lost() const override { return m_keeper && m_keeper->lost(); }
+  LossCause loss_cause() const override { return m_keeper ? m_keeper->loss_cause() : LossCause::none; }
   int wake_fd() const override { return m_keeper ? m_keeper->wake_fd() : -1; }
   Stats stats() const override {
     if (!m_keeper) return {};

@@ -18,6 +18,7 @@
 #include "lease/facts.hpp"
 #include "lease/run_record.hpp"
 #include "lease/timing.hpp"
+#include "lease/types.hpp"
 #include "util/clock.hpp"
 
 namespace fencerun::lease {
@@ -100,6 +101,8 @@ class HeldLease {
   virtual void stop_keeping() = 0;
   // True once renewal found the lock gone or taken.
   virtual bool lost() const = 0;
+  // Why, once lost() is true (none before; a lease that cannot tell says expired_or_deleted).
+  virtual LossCause loss_cause() const { return lost() ? LossCause::expired_or_deleted : LossCause::none; }
   // Readable when lost() may have changed, or renewal gave up at the stop point; -1 before keep().
   virtual int wake_fd() const = 0;
   virtual Stats stats() const = 0;

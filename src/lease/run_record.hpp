@@ -24,10 +24,13 @@ struct RecordSettings {
 // How a run ended, as fencerun tells the server at release: 'ok' (exit 0), 'failed' (another exit code
 // or a signal), 'stopped' (stopped for the lease). The server makes 'ok' and 'failed' 'lost' when the
 // lock was not the run's any more; 'killed' is written by the next run of NAME.
+// `ran`: how long the command ran, as this side measured it (boot clock, so a stopped or starved
+// fencerun does not lengthen it); the record's end is its start plus this, not the time of the release.
 struct RunOutcome {
   std::string outcome;
   std::optional<int> exit_code;
   std::optional<int> signal;
+  std::optional<std::chrono::microseconds> ran;
 };
 
 // One record: "<start us> <end us> <outcome> <exit code> <signal> <token> <pid> <host> <version>".

@@ -55,8 +55,47 @@ struct Skipped {
   std::uint64_t now_us = 0;  // server time
 };
 
-// How a renewal went: renewed, the key was gone, or another owner holds it.
-enum class RenewOutcome { renewed, gone, stolen };
+// How a renewal went: renewed, the key was gone (expired or deleted: a server that cannot tell), or
+// another owner holds it; where the server can tell more: the key was deleted while its lease still
+// lived (broken), or the lease itself is gone (revoked or run out).
+enum class RenewOutcome { renewed, gone, stolen, broken, revoked };
+
+// Why a held lease was lost (HeldLease::loss_cause()): the lock is already someone else's, or free
+// for anyone to take.
+enum class LossCause { none, expired_or_deleted, taken, broken, revoked };
+
+inline LossCause loss_cause_of(RenewOutcome o) {
+  switch (o) {
+    case RenewOutcome::renewed: return LossCause::none;
+    case RenewOutcome::gone: return LossCause::expired_or_deleted;
+    case RenewOutcome::stolen: return LossCause::taken;
+    case RenewOutcome::broken: return LossCause::broken;
+    case RenewOutcome::revoked: return LossCause::revoked;
+  }
+  return LossCause::expired_or_deleted;
+}
+
+// The cause's name in the log (field "cause") and its words.
+inline const char* loss_cause_name(LossCause c) {
+  switch (c) {
+    case LossCause::none: return "none";
+    case LossCause::expired_or_deleted: return "expired_or_deleted";
+    case LossCause::taken: return "taken";
+    case LossCause::broken: return "broken";
+    case LossCause::revoked: return "revoked";
+  }
+  return "unknown";
+}
+inline const char* loss_cause_text(LossCause c) {
+  switch (c) {
+    case LossCause::none: return "the lease is held";
+    case LossCause::expired_or_deleted: return "the lock key is gone (expired or deleted)";
+    case LossCause::taken: return "the lock is held by another owner";
+    case LossCause::broken: return "the lock key was deleted while its lease still lived (broken)";
+    case LossCause::revoked: return "the lock's lease is gone (revoked, as by break, or run out)";
+  }
+  return "the lease was lost";
+}
 
 struct SlotHolder {
   long slot = 0;

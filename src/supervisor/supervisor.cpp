@@ -111,6 +111,7 @@ std::expected<pid_t, SpawnError> Supervisor::start(std::vector<std::string> argv
                           m_tree ? ::getpid() : 0};
   m_watchdog.emplace(m_policy.kill_signal, targets, slack);
   m_watchdog_pid = m_watchdog->pid_slot();
+  m_report = &m_watchdog->report();
   SpawnRequest request;
   request.argv = std::move(argv);
   request.env = std::move(env);
@@ -124,6 +125,7 @@ std::expected<pid_t, SpawnError> Supervisor::start(std::vector<std::string> argv
   request.exec_before = stop_at;
   request.ignore_sigchld = sigchld_was_ignored();
   SpawnInfo spawned;
+  m_started_at = BootClock::now();
   auto pid = spawn(request, &spawned);
   if (!pid) {
     if (m_tty >= 0) ::tcsetpgrp(m_tty, ::getpgrp());
@@ -197,6 +199,7 @@ void Supervisor::reap() {
     }
     if (pid == m_pid) {
       m_exited = true;
+      m_exited_at = BootClock::now();
       m_status = status;
       // Take the terminal back as soon as the command is gone.
       if (m_tty >= 0) ::tcsetpgrp(m_tty, ::getpgrp());
@@ -233,6 +236,22 @@ void Supervisor::signal_job(int signo) {
   // The command itself may have left its group (setpgid, setsid); until it is reaped its pid is its own.
   // Only then is it signalled apart, so that a handler does not run twice for one stop.
   if (!m_exited && ::getpgid(m_pid) != m_pid) ::kill(m_pid, signo);
+}
+
+void Supervisor::take_watchdog_report(Outcome& out) const {
+  out.command_started_at = m_started_at;
+  if (!m_exited) return;
+  Deadline ended = m_exited_at;
+  auto at = [](std::int64_t ns) { return Deadline(std::chrono::nanoseconds(ns)); };
+  if (m_report) {
+    // fencerun may have been stopped or starved while the watchdog ended the job: what the watchdog
+    // saw is then when it happened.
+    if (const auto ns = m_report->exited_ns.load(); ns > 0 && at(ns) < ended) ended = std::max(at(ns), m_started_at);
+    if (const auto ns = m_report->kill_sent_ns.load(); ns > 0 && out.command_died_at && at(ns) < *out.command_died_at)
+      out.command_died_at = std::max(at(ns), ended);
+  }
+  out.command_ended_at = ended;
+  if (out.command_died_at && *out.command_died_at < ended) out.command_died_at = ended;
 }
 
 Outcome Supervisor::supervise(const LeaseWatch& lease) {
@@ -286,11 +305,19 @@ Outcome Supervisor::supervise(const LeaseWatch& lease) {
         next = lease.keep_by;
       }
     }
+    if (state != State::killed && lease.lost()) {
+      // The lock is gone or another owner's: no grace, the whole job is killed at once.
+      const std::string cause = lease.loss_cause ? lease.loss_cause() : std::string();
+      log::event(log::Level::error, "stopping", "lease lost: killing the command at once (no grace)", m_context,
+                 {{"signal", "SIGKILL"}, {"pgid", std::to_string(m_pid)}, {"cause", cause.empty() ? "lost" : cause}});
+      if (state == State::running) out.stopped_for_lease = true;
+      signal_job(SIGKILL);
+      out.killed = true;
+      state = State::killed;
+    }
     if (state == State::running) {
       Deadline stop_at = m_policy.points.stop_at(lease.deadline());
-      if (lease.lost()) {
-        begin_stop(now, true, "lease lost: stopping the command");
-      } else if (now >= stop_at) {
+      if (now >= stop_at) {
         begin_stop(now, true, "lease could not be renewed in time: stopping the command");
       } else if (m_exited) {
         begin_stop(now, false, "the command exited: stopping processes left in its group");
@@ -333,6 +360,7 @@ Outcome Supervisor::supervise(const LeaseWatch& lease) {
       if (m_foreground && sig == SIGTSTP) stop_with_the_job();
     }
   }
+  take_watchdog_report(out);
   // Every process of the job is gone: the watchdog has nothing left to guard.
   m_gone = true;
   drop_watchdog(true);

@@ -68,8 +68,10 @@ void remove_cgroup(const WatchdogTargets& targets) {
 // moves into a memory of its own `detach_after_ns` after its start (it forks, and the copy carries
 // on), so that the OOM killer, which kills every process sharing its victim's memory, no longer takes
 // it with fencerun; short runs end before that and never pay for the copy.
+// `report`: the page shared with fencerun where it writes what it did and saw (WatchReport).
 [[noreturn]] void watchdog_main(int read_fd, const WatchdogTargets& targets, int kill_signal, std::int64_t slack_ns,
-                                std::atomic<pid_t>* shared_pid = nullptr, std::int64_t detach_after_ns = 0) {
+                                WatchReport* report, std::atomic<pid_t>* shared_pid = nullptr,
+                                std::int64_t detach_after_ns = 0) {
   const int cgroup_kill_fd = targets.cgroup_kill_fd;
   const int cgroup_procs_fd = targets.cgroup_procs_fd;
   sys::block_all_signals();
@@ -89,6 +91,8 @@ void remove_cgroup(const WatchdogTargets& targets) {
 
   std::int64_t detach_at = shared_pid && detach_after_ns > 0 ? sys::boot_ns() + detach_after_ns : 0;
   pid_t pid = 0;
+  // The command's pidfd: readable once it has exited (a zombie fencerun has not reaped yet included).
+  int pidfd = -1;
   std::int64_t stop_ns = 0, kill_ns = 0;
   bool parent_stopping = false, sent_stop = false, sent_kill = false;
   auto hit = [&](int sig) {
@@ -130,6 +134,12 @@ void remove_cgroup(const WatchdogTargets& targets) {
         switch (m.kind) {
           case WatchMessage::guard:
             pid = m.pid;
+#ifdef SYS_pidfd_open
+            if (pid > 0 && pidfd < 0) {
+              long fd = sys::call(SYS_pidfd_open, pid, 0);
+              if (fd >= 0) pidfd = static_cast<int>(fd);
+            }
+#endif
             if (m.stop_ns > 0) stop_ns = m.stop_ns, kill_ns = m.kill_ns;
             break;
           case WatchMessage::deadline:
@@ -156,11 +166,13 @@ void remove_cgroup(const WatchdogTargets& targets) {
       // 0: this is the copy, in a memory of its own. < 0: it stays as it is.
     }
     if (pid > 0 && stop_ns > 0 && !sent_stop && !parent_stopping && now >= stop_ns + slack_ns) {
+      report->stop_sent_ns.store(sys::boot_ns());
       hit(kill_signal);
       hit(SIGCONT);  // a stopped job must be able to run its handler in the grace time
       sent_stop = true;
     }
     if (pid > 0 && kill_ns > 0 && !sent_kill && now >= kill_ns) {
+      report->kill_sent_ns.store(sys::boot_ns());
       hit(SIGKILL);
       sent_kill = true;
     }
@@ -174,11 +186,19 @@ void remove_cgroup(const WatchdogTargets& targets) {
       spec.it_value.tv_nsec = next % 1'000'000'000;
     }
     if (timer >= 0) sys::timerfd_settime(timer, TFD_TIMER_ABSTIME, &spec);
-    pollfd fds[2] = {{read_fd, POLLIN, 0}, {timer, POLLIN, 0}};
-    long ready = sys::poll(fds, timer >= 0 ? 2 : 1, timer >= 0 || next == 0 ? -1 : 10);
+    // Negative descriptors (no timer, no pidfd) are ignored by poll.
+    pollfd fds[3] = {{read_fd, POLLIN, 0}, {timer, POLLIN, 0}, {pidfd, POLLIN, 0}};
+    long ready = sys::poll(fds, 3, timer >= 0 || next == 0 ? -1 : 10);
     if (ready > 0 && timer >= 0 && fds[1].revents) {
       std::uint64_t expirations;
       sys::read(timer, &expirations, sizeof expirations);
+    }
+    if (ready > 0 && pidfd >= 0 && fds[2].revents) {
+      // The command is over: when, as seen here (fencerun may be stopped and see it only much later).
+      std::int64_t unseen = 0;
+      report->exited_ns.compare_exchange_strong(unseen, sys::boot_ns());
+      sys::close(pidfd);
+      pidfd = -1;
     }
   }
 }
@@ -187,6 +207,7 @@ void remove_cgroup(const WatchdogTargets& targets) {
 // must not read anything fencerun may later change or free.
 struct CloneStart {
   std::atomic<pid_t> current_pid;  // written by the watchdog when it moves (watchdog_main), read by fencerun
+  WatchReport* report;
   int read_fd;
   int kill_signal;
   std::int64_t slack_ns;
@@ -198,8 +219,8 @@ struct CloneStart {
 int clone_main(void* arg) {
   auto* start = static_cast<CloneStart*>(arg);
   start->targets.cgroup_path = start->cgroup_path[0] != '\0' ? start->cgroup_path : nullptr;
-  watchdog_main(start->read_fd, start->targets, start->kill_signal, start->slack_ns, &start->current_pid,
-                start->detach_after_ns);
+  watchdog_main(start->read_fd, start->targets, start->kill_signal, start->slack_ns, start->report,
+                &start->current_pid, start->detach_after_ns);
 }
 
 // The watchdog's stack: its pages are only faulted in as it uses them (signal_descendants needs about
@@ -212,7 +233,8 @@ constexpr std::size_t k_clone_stack = 256 * 1024;
 // fencerun copy-on-write, and both processes then faulted on each page they touched; on a short run
 // that cost more than the rest of the run together. Returns the block whose current_pid follows the
 // watchdog, or nullptr (then fork).
-CloneStart* clone_watchdog(int read_fd, const WatchdogTargets& targets, int kill_signal, std::int64_t slack_ns) {
+CloneStart* clone_watchdog(int read_fd, const WatchdogTargets& targets, int kill_signal, std::int64_t slack_ns,
+                           WatchReport* report) {
   if (!sys::k_raw) return nullptr;
   if (targets.cgroup_path && std::strlen(targets.cgroup_path) >= sizeof(CloneStart::cgroup_path)) return nullptr;
   void* stack = ::mmap(nullptr, k_clone_stack, PROT_READ | PROT_WRITE,
@@ -224,6 +246,7 @@ CloneStart* clone_watchdog(int read_fd, const WatchdogTargets& targets, int kill
   auto* start = new (reinterpret_cast<void*>(
       (reinterpret_cast<std::uintptr_t>(top) - sizeof(CloneStart)) & ~std::uintptr_t{63})) CloneStart;
   start->read_fd = read_fd;
+  start->report = report;
   start->detach_after_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(g_detach_after).count();
   start->kill_signal = kill_signal;
   start->slack_ns = slack_ns;
@@ -254,15 +277,20 @@ Watchdog::Watchdog(int kill_signal, WatchdogTargets targets, std::chrono::millis
   // the update, and the watchdog acts on the points it already has, which only errs on the safe side.
   ::fcntl(fds[1], F_SETFL, O_NONBLOCK);
   const std::int64_t slack_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(slack).count();
+  // Shared with the watchdog for good, even once it has forked into a memory of its own; never
+  // unmapped (a watchdog still sharing fencerun's memory may write it until it exits): one page per run.
+  void* page = ::mmap(nullptr, sizeof(WatchReport), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (page == MAP_FAILED) throw SystemError("cannot start the watchdog: mmap");
+  m_report = new (page) WatchReport;
   if (g_start == WatchdogStart::clone) {
-    if (CloneStart* start = clone_watchdog(read_end.get(), targets, kill_signal, slack_ns)) {
+    if (CloneStart* start = clone_watchdog(read_end.get(), targets, kill_signal, slack_ns, m_report)) {
       m_pid = &start->current_pid;
       return;
     }
   }
   pid_t pid = ::fork();
   if (pid < 0) throw SystemError("cannot start the watchdog: fork");
-  if (pid == 0) watchdog_main(read_end.get(), targets, kill_signal, slack_ns);
+  if (pid == 0) watchdog_main(read_end.get(), targets, kill_signal, slack_ns, m_report);
   // Outlives this object, as the cloned watchdog's block does (Supervisor reads it after dropping
   // the Watchdog): one small allocation per run, never freed.
   m_pid = new std::atomic<pid_t>(pid);

@@ -5,6 +5,9 @@
 //   - at the stop point (plus a small slack, unless fencerun said it is stopping the job itself) sends
 //     the kill signal and SIGCONT to the job's pid and process group;
 //   - at the kill point sends SIGKILL to the pid, the group and the job's cgroup (cgroup.kill);
+//   - reports back, in a page it shares with fencerun (report()), when it sent the kill signal and
+//     SIGKILL and when it saw the command itself exit (a pidfd), so that a fencerun that was stopped or
+//     starved meanwhile learns when the job really ended, not when it woke up to see it;
 //   - when fencerun dies (end of file on its pipe, even after SIGKILL or SIGSTOP-then-kill) or drops
 //     the Watchdog object without disarming it, SIGKILLs the job at once.
 // It lives in a process group of its own, so a signal aimed at fencerun's group (a terminal's Ctrl-Z,
@@ -37,6 +40,14 @@ struct WatchMessage {
   std::int32_t pid = 0;       // guard: the job's pid, which is also its process group id
   std::int64_t stop_ns = 0;   // guard, deadline: CLOCK_BOOTTIME nanoseconds
   std::int64_t kill_ns = 0;
+};
+
+// What the watchdog saw, in a page shared with fencerun (it stays shared after the watchdog moves into
+// a memory of its own). CLOCK_BOOTTIME nanoseconds, 0 until it happened.
+struct WatchReport {
+  std::atomic<std::int64_t> stop_sent_ns{0};  // the kill signal sent at the stop point (by the watchdog)
+  std::atomic<std::int64_t> kill_sent_ns{0};  // SIGKILL sent at the kill point (by the watchdog)
+  std::atomic<std::int64_t> exited_ns{0};     // the command (the guarded pid) seen exiting
 };
 
 // What the watchdog signals: the job's process group (and pid), or, when the job shares fencerun's
@@ -75,6 +86,8 @@ class Watchdog {
   // while, under a new pid: this follows it. pid_slot() stays valid after the Watchdog is gone.
   pid_t pid() const { return m_pid->load(); }
   const std::atomic<pid_t>* pid_slot() const { return m_pid; }
+  // What the watchdog saw (stays valid after the Watchdog is gone).
+  const WatchReport& report() const { return *m_report; }
   static WatchMessage guard_message(pid_t pgid, Deadline stop_at, Deadline kill_at);
 
   // From now on, guard process group `pgid` (without a deadline unless one is given).
@@ -91,6 +104,7 @@ class Watchdog {
   void send(const WatchMessage& m);
   UniqueFd m_pipe;
   std::atomic<pid_t>* m_pid = nullptr;
+  WatchReport* m_report = nullptr;
 };
 
 }  // namespace fencerun::supervisor

@@ -96,6 +96,145 @@ TEST_P(ReleaseChaos, LostHolderDoesNotDeleteTheNextOwnersLock) {
 
 INSTANTIATE_TEST_SUITE_P(Contract, ReleaseChaos, kAllSetups, setup_name);
 
+// 6b. The record of a run whose fencerun was frozen (SIGSTOP) past its lease: the watchdog stops the
+// command at the stop point; fencerun, thawed seconds after the lease ran out, exits 124 and writes a
+// record whose duration is what the command ran (its end is when the watchdog ended it, not when
+// fencerun woke up), and does not claim that the command may have run without the lease.
+class PausedRecordChaos : public ContractChaosTest {};
+
+TEST_P(PausedRecordChaos, RecordSaysWhatTheCommandRan) {
+  using namespace std::chrono;
+  // The command writes when it began (wall clock, ns) and its pid, then sleeps until it is stopped.
+  auto holder = start(sh_args("paused", "date +%s%N > begun; echo $$ > pid; exec sleep 30", {"--ttl", "3s"}));
+  const pid_t pid = wait_pid("pid");
+  ASSERT_TRUE(holder->signal(SIGSTOP));
+  const auto frozen = Clock::now();
+  // The command's end as seen from outside (a zombie counts as ended).
+  system_clock::time_point ended{};
+  ASSERT_TRUE(wait_until(
+      [&] {
+        if (!process_dead(pid)) return false;
+        ended = system_clock::now();
+        return true;
+      },
+      10s, 1ms))
+      << "the command of the frozen fencerun still runs " << ms_between(frozen, Clock::now()) << " ms after";
+  // fencerun stays frozen until the lease has run out on the server (the lock is free): past its TTL.
+  ASSERT_TRUE(wait_until([&] { return status_json("paused").first == 3; }, 20s, 50ms))  // 3: free
+      << "the lock stayed held by the frozen run";
+  ASSERT_TRUE(holder->signal(SIGCONT));
+  ASSERT_TRUE(holder->wait_for_exit(30s)) << holder->result();
+  const RunResult r = holder->result();
+  EXPECT_EQ(r.exit_code, kLeaseLost) << r;
+  EXPECT_EQ(r.err.find("may have run without the lease"), std::string::npos) << r;
+  const auto begun_line = wait_line("begun");
+  const system_clock::time_point begun{duration_cast<system_clock::duration>(nanoseconds(std::stoll(begun_line)))};
+  const long long ran_ms = duration_cast<milliseconds>(ended - begun).count();
+  auto h = admin({"history", "paused", "--json"});
+  auto j = parse_json(h.out);
+  ASSERT_TRUE(j && j->kind == Json::Kind::Array && !j->items.empty()) << h;
+  const auto recorded = json_int_of(j->items[0].find("duration_ms"));
+  ASSERT_TRUE(recorded) << h;
+  std::cout << "[ paused ] the command ran " << ran_ms << " ms, the record says " << *recorded << " ms (fencerun "
+            << "frozen " << ms_between(frozen, Clock::now()) << " ms)\n";
+  EXPECT_EQ(field(j->items[0], "outcome"), "stopped") << h;
+  EXPECT_LE(std::abs(*recorded - ran_ms), 100) << h << "\n" << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(Contract, PausedRecordChaos, kAllSetups, setup_name);
+
+// 6c. A holder whose lock is deleted or taken by someone else (break; for the Redis setups also the
+// key deleted or overwritten by hand) kills its whole job at once: SIGKILL, without waiting for
+// --grace (the lock is already someone else's), even when the job ignores the stop signal; fencerun
+// exits 124 and its log names the cause.
+class LostLeaseChaos : public ContractChaosTest {
+ protected:
+  static constexpr auto kRenew = 1s;
+  // A job that ignores SIGTERM (its children inherit that), with a grandchild in its group.
+  static constexpr const char* kDeafJob =
+      "trap '' TERM; echo $$ > pid; sleep 1000 & echo $! > gpid; while :; do sleep 0.05; done";
+
+  std::unique_ptr<FencerunProcess> start_holder(const std::string& name) {
+    // A long --grace (30s) that a lost lease must not wait for; quorum mode's lease cap raised to fit.
+    return start(sh_args(name, kDeafJob, {"--ttl", "40s", "--renew", "1s", "--grace", "30s"}),
+                 {{"FENCERUN_QUORUM_MAX_TTL", "60s"}});
+  }
+
+  // Every server's copy of NAME's lock key: deleted, or set to another owner's value (keeping its TTL).
+  void on_every_copy(const std::string& name, bool take) {
+    std::vector<RedisServer*> servers;
+    switch (setup()) {
+      case SetupId::redis: servers = {&backend_as<RedisBackend>().server()}; break;
+      case SetupId::sentinel: servers = {&backend_as<SentinelBackend>().master()}; break;
+      case SetupId::quorum:
+        for (std::size_t i = 0; i < QuorumBackend::kServers; ++i) servers.push_back(&backend_as<QuorumBackend>().server(i));
+        break;
+      case SetupId::etcd: FAIL() << "no Redis key on etcd";
+    }
+    for (auto* s : servers) {
+      Reply r = take ? s->cmd({"SET", lock_key(name), "intruder 1 1 elsewhere", "KEEPTTL", "XX"})
+                     : s->cmd({"DEL", lock_key(name)});
+      ASSERT_TRUE(r.ok()) << r.describe();
+    }
+  }
+
+  // The job is gone well within one renewal interval (plus slack) of `lost_at`, not after --grace.
+  void expect_killed_at_once(FencerunProcess& holder, pid_t pid, pid_t gpid, Clock::time_point lost_at,
+                             const std::string& cause) {
+    Clock::time_point dead{};
+    ASSERT_TRUE(wait_until(
+        [&] {
+          if (!process_dead(pid) || !process_dead(gpid)) return false;
+          dead = Clock::now();
+          return true;
+        },
+        kRenew + 10s, 1ms))
+        << "the job still runs " << ms_between(lost_at, Clock::now()) << " ms after its lock was lost";
+    std::cout << "[ lost lease ] job dead " << ms_between(lost_at, dead) << " ms after the loss (" << cause
+              << "; renew 1000 ms, grace 30000 ms)\n";
+    EXPECT_LT(dead - lost_at, kRenew + 1500ms) << "the job outlived its lost lease by more than a renewal";
+    ASSERT_TRUE(holder.wait_for_exit(30s)) << holder.result();
+    const RunResult r = holder.result();
+    EXPECT_EQ(r.exit_code, kLeaseLost) << r;
+    EXPECT_NE(r.err.find("lease lost"), std::string::npos) << r;
+    EXPECT_NE(r.err.find("cause: " + cause), std::string::npos) << "the log does not name the cause " << cause << "\n" << r;
+    EXPECT_NE(r.err.find("no grace"), std::string::npos) << r;
+  }
+};
+
+TEST_P(LostLeaseChaos, DeletedLockKillsTheJobAtOnce) {
+  auto holder = start_holder("gone");
+  const pid_t pid = wait_pid("pid");
+  const pid_t gpid = wait_pid("gpid");
+  ASSERT_TRUE(holder->running()) << holder->result();
+  std::string cause;
+  const auto lost_at = Clock::now();
+  if (caps().break_lock) {
+    auto b = admin({"break", "gone", "--yes"});
+    ASSERT_EQ(b.exit_code, 0) << b;
+    // etcd: break revokes the holder's lease; Redis: it deletes the key (expired or deleted, as the
+    // holder can tell).
+    cause = setup() == SetupId::etcd ? "revoked" : "expired_or_deleted";
+  } else {
+    on_every_copy("gone", false);
+    cause = "expired_or_deleted";
+  }
+  expect_killed_at_once(*holder, pid, gpid, lost_at, cause);
+}
+
+TEST_P(LostLeaseChaos, TakenLockKillsTheJobAtOnce) {
+  if (setup() == SetupId::etcd) GTEST_SKIP() << "etcd: a key on a live lease cannot be given to another owner by hand";
+  auto holder = start_holder("taken");
+  const pid_t pid = wait_pid("pid");
+  const pid_t gpid = wait_pid("gpid");
+  ASSERT_TRUE(holder->running()) << holder->result();
+  const auto lost_at = Clock::now();
+  on_every_copy("taken", true);
+  expect_killed_at_once(*holder, pid, gpid, lost_at, "taken");
+}
+
+INSTANTIATE_TEST_SUITE_P(Contract, LostLeaseChaos, kAllSetups, setup_name);
+
 // 10. A holder's fencerun killed with SIGKILL: its job dies with it, the next run gets the lock once
 // the TTL has run out (not much later), and the record shows the killed run.
 class KilledHolderChaos : public ContractChaosTest {};

@@ -42,10 +42,11 @@ class EtcdChaosTest : public EtcdOwnTest {
     acquired_ = 0;
     std::mutex mu;
     std::map<int, int> codes;     // exit code -> runs
-    std::set<long long> stopped;  // tokens of runs fencerun stopped (124)
     std::string usage_error;
     std::vector<std::thread> clients;
     const std::string log = name + ".log";
+    // The end of a section fencerun stopped (124) before its command wrote it: when the command died.
+    SectionWatcher ends(file(log));
     for (int c = 0; c < k_clients; ++c)
       clients.emplace_back([&] {
         while (!stop) {
@@ -53,9 +54,7 @@ class EtcdChaosTest : public EtcdOwnTest {
                        60s);
           std::lock_guard lock(mu);
           ++codes[r.exit_code];
-          auto t = token_of(split_lines(r.out).empty() ? "" : split_lines(r.out)[0]);
           if (r.exit_code == 0) ++acquired_;
-          if (r.exit_code == exit_code::k_lease_lost_default && t) stopped.insert(*t);
           if (r.exit_code == exit_code::k_usage) {
             usage_error = r.describe();
             return;
@@ -77,7 +76,9 @@ class EtcdChaosTest : public EtcdOwnTest {
     ASSERT_TRUE(usage_error.empty()) << usage_error;
     std::string summary;
     for (auto [code, n] : codes) summary += " exit " + std::to_string(code) + ": " + std::to_string(n) + ";";
-    auto check = check_sections(read_file(file(log)).value_or(""), stopped);
+    const int written = ends.finish();
+    summary += " ends written for stopped sections: " + std::to_string(written) + ";";
+    auto check = check_sections(read_file(file(log)).value_or(""));
     EXPECT_EQ(struck, rounds) << summary;
     EXPECT_GE(check.acquisitions, target) << summary << "\n" << check;
     EXPECT_EQ(check.regressions, 0) << check;
@@ -188,10 +189,12 @@ TEST_F(EtcdChaosTest, TokenOrderWhileAMajorityIsFrozen) {
 // no token repeats or goes back.
 TEST_F(EtcdChaosTest, WaitersThroughAFrozenLeaderNeverOverlap) {
   const std::vector<std::string> opts = {"--wait", "60s", "--ttl", "3s", "--timeout", "1s"};
+  // The end of a section fencerun stopped (124) before its command wrote it: when the command died.
+  SectionWatcher ends(file("log"));
   std::vector<std::unique_ptr<FencerunProcess>> runs;
   // The holder's section lasts until `go`; the waiters' one second each.
   runs.push_back(start(sh_args("thaw",
-                               "echo \"$FENCERUN_TOKEN\"; echo \"start $FENCERUN_TOKEN\" >> log; "
+                               "echo \"$FENCERUN_TOKEN\"; echo \"start $FENCERUN_TOKEN $$\" >> log; "
                                "while [ ! -e go ]; do sleep 0.05; done; echo \"end $FENCERUN_TOKEN\" >> log",
                                opts)));
   for (int i = 0; i < 4; ++i) {
@@ -207,17 +210,15 @@ TEST_F(EtcdChaosTest, WaitersThroughAFrozenLeaderNeverOverlap) {
   touch("go");
   std::this_thread::sleep_for(3s);
   etcd().thaw(l);
-  std::set<long long> stopped;
   int ran = 0;
   for (auto& r : runs) {
     auto rc = r->wait_for_exit(60s);
     ASSERT_TRUE(rc.has_value()) << r->result();
     EXPECT_TRUE(*rc == 0 || *rc == exit_code::k_lease_lost_default || *rc == exit_code::k_unavailable) << r->result();
-    auto t = token_of(split_lines(r->out()).empty() ? "" : split_lines(r->out())[0]);
-    if (*rc == exit_code::k_lease_lost_default && t) stopped.insert(*t);
     ran += *rc == 0;
   }
-  auto check = check_sections(read_file(file("log")).value_or(""), stopped);
+  ends.finish();
+  auto check = check_sections(read_file(file("log")).value_or(""));
   EXPECT_TRUE(check.ok()) << check;
   EXPECT_GE(check.acquisitions, ran) << check;
   EXPECT_GE(ran, 1) << "no run got through";

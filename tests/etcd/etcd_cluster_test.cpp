@@ -125,12 +125,32 @@ TEST(EtcdSectionCheck, CountsOverlapsEqualTokensAndRegressions) {
   EXPECT_EQ(equal.equal, 1) << equal;
   auto back = check_sections("start 7\nend 7\nstart 5\nend 5\n");
   EXPECT_EQ(back.regressions, 1) << back;
-  // A section fencerun stopped (124) has no end: the next start closes it.
-  auto stopped = check_sections("start 5\nstart 7\nend 7\n", {5});
-  EXPECT_TRUE(stopped.ok()) << stopped;
-  auto not_stopped = check_sections("start 5\nstart 7\nend 7\n");
-  EXPECT_EQ(not_stopped.overlaps, 1) << not_stopped;
+  // Every section must end before the next starts, one fencerun stopped (124) too.
+  auto no_end = check_sections("start 5\nstart 7\nend 7\n");
+  EXPECT_EQ(no_end.overlaps, 1) << no_end;
+  // "start T PID": the pid of the section's command (SectionWatcher follows it).
+  auto with_pids = check_sections("start 5 100\nend 5\nstart 7 101\nend 7\n");
+  EXPECT_TRUE(with_pids.ok()) << with_pids;
   EXPECT_EQ(check_sections("start x\n").malformed, 1);
+  EXPECT_EQ(check_sections("end 5 100\n").malformed, 1);
+}
+
+// A section whose command is killed before it writes its end gets its end from the watcher, at its
+// death: before the next start.
+TEST(EtcdSectionCheck, WatcherWritesTheEndOfAKilledSection) {
+  TempDir dir("sections");
+  const auto log = dir / "log";
+  SectionWatcher watcher(log);
+  Process killed({"/bin/sh", "-c", "echo \"start 5 $$\" >> '" + log.string() + "'; exec sleep 30"});
+  ASSERT_TRUE(wait_until([&] { return watcher.following() == 1; }, 10s, 1ms)) << read_file(log).value_or("");
+  ASSERT_TRUE(killed.signal(SIGKILL));
+  ASSERT_TRUE(wait_until([&] { return read_file(log).value_or("").find("end 5") != std::string::npos; }, 10s, 1ms))
+      << read_file(log).value_or("");
+  write_file(log, read_file(log).value_or("") + "start 7\nend 7\n");
+  EXPECT_EQ(watcher.finish(), 1);
+  auto check = check_sections(read_file(log).value_or(""));
+  EXPECT_TRUE(check.ok()) << check;
+  EXPECT_EQ(check.acquisitions, 2) << check;
 }
 
 // descendants() finds a child's children.

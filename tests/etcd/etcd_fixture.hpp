@@ -5,14 +5,23 @@
 // Every test has its own temp dir, the working directory of the fencerun processes it starts.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <csignal>
+#include <filesystem>
 #include <iostream>
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/etcd_cluster.hpp"
@@ -57,11 +66,13 @@ inline std::optional<long long> token_of(const std::string& s) {
   return parse_ll(t);
 }
 
-// The shared log of a mutual-exclusion workload: each holder's command appends "start TOKEN" when it
-// starts and "end TOKEN" when it ends (O_APPEND). Counted: acquisitions (starts), overlaps (a start
-// while another holder's section is open), equal tokens (a token started twice) and regressions (a
-// token not greater than every token started before it). A section whose run was stopped by
-// fencerun (its token in `stopped`) may have no end: the next start closes it.
+// The shared log of a mutual-exclusion workload: each holder's command appends "start TOKEN [PID]"
+// when it starts and "end TOKEN" when it ends (O_APPEND). Counted: acquisitions (starts), overlaps (a
+// start while another holder's section is open, or an end that is not the open section's), equal
+// tokens (a token started twice) and regressions (a token not greater than every token started before
+// it). Every section must have ended before the next one starts, a section fencerun stopped (124)
+// included: a command killed before it could write its end has its end written by a SectionWatcher
+// the moment it died.
 struct SectionCheck {
   int acquisitions = 0;
   int overlaps = 0;
@@ -72,7 +83,31 @@ struct SectionCheck {
   bool ok() const { return overlaps == 0 && equal == 0 && regressions == 0 && malformed == 0; }
 };
 
-inline SectionCheck check_sections(const std::string& log, const std::set<long long>& stopped = {}) {
+// "start 5 123" -> kind "start", token 5, pid 123 (0 when not given).
+struct SectionLine {
+  std::string kind;
+  long long token = 0;
+  long long pid = 0;
+};
+inline std::optional<SectionLine> parse_section_line(const std::string& line) {
+  std::istringstream in(line);
+  std::string kind, token, pid, extra;
+  in >> kind >> token;
+  if (in >> pid) {
+    if (in >> extra) return std::nullopt;
+  }
+  auto t = token_of(token);
+  if (!t || (kind != "start" && kind != "end")) return std::nullopt;
+  SectionLine l{kind, *t, 0};
+  if (!pid.empty()) {
+    auto p = token_of(pid);
+    if (!p || kind != "start") return std::nullopt;
+    l.pid = *p;
+  }
+  return l;
+}
+
+inline SectionCheck check_sections(const std::string& log) {
   SectionCheck c;
   bool is_open = false;
   long long open = -1;  // the token of the open section when is_open
@@ -83,35 +118,34 @@ inline SectionCheck check_sections(const std::string& log, const std::set<long l
   };
   for (const auto& line : split_lines(log)) {
     if (trim(line).empty()) continue;
-    auto sp = line.find(' ');
-    auto t = sp == std::string::npos ? std::nullopt : token_of(line.substr(sp + 1));
-    const std::string kind = sp == std::string::npos ? line : line.substr(0, sp);
-    if (!t || (kind != "start" && kind != "end")) {
+    const auto l = parse_section_line(line);
+    if (!l) {
       ++c.malformed;
       note("malformed line: " + line);
       continue;
     }
-    if (kind == "start") {
+    const long long t = l->token;
+    if (l->kind == "start") {
       ++c.acquisitions;
-      if (is_open && !stopped.contains(open)) {
+      if (is_open) {
         ++c.overlaps;
-        note("start " + std::to_string(*t) + " while " + std::to_string(open) + " is open");
+        note("start " + std::to_string(t) + " while " + std::to_string(open) + " is open");
       }
-      if (seen.contains(*t)) {
+      if (seen.contains(t)) {
         ++c.equal;
-        note("token " + std::to_string(*t) + " started twice");
-      } else if (*t <= max_seen) {
+        note("token " + std::to_string(t) + " started twice");
+      } else if (t <= max_seen) {
         ++c.regressions;
-        note("token " + std::to_string(*t) + " after " + std::to_string(max_seen));
+        note("token " + std::to_string(t) + " after " + std::to_string(max_seen));
       }
-      seen.insert(*t);
-      max_seen = std::max(max_seen, *t);
-      open = *t;
+      seen.insert(t);
+      max_seen = std::max(max_seen, t);
+      open = t;
       is_open = true;
     } else {
-      if (!is_open || open != *t) {
+      if (!is_open || open != t) {
         ++c.overlaps;
-        note("end " + std::to_string(*t) + " while " + (is_open ? std::to_string(open) : std::string("none")) +
+        note("end " + std::to_string(t) + " while " + (is_open ? std::to_string(open) : std::string("none")) +
              " is open");
       }
       is_open = false;
@@ -120,14 +154,100 @@ inline SectionCheck check_sections(const std::string& log, const std::set<long l
   return c;
 }
 
+// Writes the end of a section whose command was killed before it could write it (fencerun stopped it,
+// 124): it follows the log, opens a pidfd on each section's command as it starts ("start TOKEN PID"),
+// and when one dies without its "end TOKEN" in the log, appends that line at once. The end is then in
+// the log where the command's death was, so check_sections counts a stopped section like any other.
+// finish() (or the destructor) waits for the commands still followed to die, up to a bound.
+class SectionWatcher {
+ public:
+  explicit SectionWatcher(std::filesystem::path log) : m_log(std::move(log)), m_thread([this] { run(); }) {}
+  ~SectionWatcher() { finish(); }
+  SectionWatcher(const SectionWatcher&) = delete;
+  SectionWatcher& operator=(const SectionWatcher&) = delete;
+
+  // Stops following once every command seen has died (or `bound` has passed). Returns how many ends
+  // it wrote.
+  int finish(Clock::duration bound = 10s) {
+    m_finish_by.store((Clock::now() + bound).time_since_epoch().count());
+    m_finishing.store(true);
+    if (m_thread.joinable()) m_thread.join();
+    return m_written;
+  }
+  // How many commands it follows now (opened, not yet seen dead).
+  int following() const { return m_following.load(); }
+
+ private:
+  void run() {
+    std::string pending;
+    std::size_t offset = 0;
+    std::set<long long> ended;
+    std::map<int, long long> followed;  // pidfd -> token
+    auto read_more = [&] {
+      auto text = read_file(m_log);
+      if (!text || text->size() <= offset) return;
+      pending += text->substr(offset);
+      offset = text->size();
+      std::size_t nl;
+      while ((nl = pending.find('\n')) != std::string::npos) {
+        const auto l = parse_section_line(pending.substr(0, nl));
+        pending.erase(0, nl + 1);
+        if (!l) continue;
+        if (l->kind == "end") {
+          ended.insert(l->token);
+        } else if (l->pid > 0) {
+          const int fd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(l->pid), 0));
+          if (fd >= 0) followed[fd] = l->token;
+        }
+        m_following.store(static_cast<int>(followed.size()));
+      }
+    };
+    for (;;) {
+      read_more();
+      if (m_finishing.load() && (followed.empty() || Clock::now().time_since_epoch().count() > m_finish_by.load())) break;
+      std::vector<pollfd> fds;
+      for (const auto& [fd, token] : followed) fds.push_back({fd, POLLIN, 0});
+      ::poll(fds.data(), fds.size(), 1);
+      bool died = false;
+      for (const auto& p : fds) died = died || p.revents != 0;
+      if (!died) continue;
+      read_more();  // an end the command wrote just before it exited
+      for (const auto& p : fds) {
+        if (!p.revents) continue;
+        const long long token = followed[p.fd];
+        ::close(p.fd);
+        followed.erase(p.fd);
+        m_following.store(static_cast<int>(followed.size()));
+        if (ended.contains(token)) continue;
+        const std::string line = "end " + std::to_string(token) + "\n";
+        const int log = ::open(m_log.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+        if (log >= 0) {
+          [[maybe_unused]] auto n = ::write(log, line.data(), line.size());
+          ::close(log);
+          ended.insert(token);
+          ++m_written;
+        }
+      }
+    }
+    for (const auto& [fd, token] : followed) ::close(fd);
+  }
+
+  std::filesystem::path m_log;
+  std::atomic<bool> m_finishing{false};
+  std::atomic<int> m_following{0};
+  std::atomic<Clock::rep> m_finish_by{0};
+  int m_written = 0;
+  std::thread m_thread;
+};
+
 inline std::ostream& operator<<(std::ostream& os, const SectionCheck& c) {
   return os << c.acquisitions << " acquisitions, " << c.overlaps << " overlaps, " << c.equal << " equal tokens, "
             << c.regressions << " regressions, " << c.malformed << " malformed lines\n" << c.detail;
 }
 
-// The command of one section: prints its token, appends "start T", sleeps, appends "end T".
+// The command of one section: prints its token, appends "start T PID", sleeps, appends "end T".
 inline std::string section_script(const std::string& log, const std::string& sleep = "0.02") {
-  return "echo \"$FENCERUN_TOKEN\"; echo \"start $FENCERUN_TOKEN\" >> " + log + "; sleep " + sleep +
+  return "echo \"$FENCERUN_TOKEN\"; echo \"start $FENCERUN_TOKEN $$\" >> " + log + "; sleep " + sleep +
          "; echo \"end $FENCERUN_TOKEN\" >> " + log;
 }
 

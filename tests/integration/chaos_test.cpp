@@ -215,18 +215,21 @@ TEST_F(ChaosTest, LeaseLostExitCodeOption) {
   EXPECT_EQ(a->wait_for_exit(10s), 99) << a->result();
 }
 
-TEST_F(ChaosTest, KillSignalOptionUsedOnLeaseLoss) {
+// --kill-signal is what a job whose lease runs short (renewals failing: the server frozen) gets at the
+// stop point. (A lost lease, the lock gone or another owner's, is SIGKILLed at once instead.)
+TEST_F(ChaosTest, KillSignalOptionUsedWhenTheLeaseRunsShort) {
   const std::string script =
       "trap 'echo INT >> got; exit 0' INT; trap 'echo TERM >> got; exit 0' TERM; "
       "echo $$ > pid; while :; do sleep 0.05; done";
-  auto a = start(sh_args("ksig", script, {"--ttl", "1500ms", "--kill-signal", "INT"}));
+  auto a = start(sh_args("ksig", script, {"--ttl", "1500ms", "--kill-signal", "INT", "--timeout", "500ms"}));
   const pid_t cmd = wait_pid("pid");
   wait_lock("ksig");
-  ASSERT_EQ(redis().cmd({"DEL", lock_key("ksig")}).integer, 1);
+  redis().freeze();
   EXPECT_TRUE(wait_dead(cmd, 10s));
   EXPECT_EQ(a->wait_for_exit(10s), 124)
-      << "a command that exits 0 after the stop signal still means the lease was lost: "
+      << "a command that exits 0 after the stop signal still means the lease ran short: "
       << a->result();
+  redis().thaw();
   EXPECT_EQ(read_file(file("got")).value_or(""), "INT\n");
 }
 
@@ -277,26 +280,26 @@ TEST_F(ChaosTest, SigtermOfFencerunForwardedAndLockReleased) {
   EXPECT_TRUE(redis().exists(token_key("sigterm")));
 }
 
-TEST_F(ChaosTest, TermIgnoringCommandGetsSigkillAfterGraceOnLeaseLoss) {
+// A lost lease (the lock key deleted: the lock is anyone's) kills the whole job at once with SIGKILL:
+// no stop signal, no --grace, even for a command that would trap the stop signal and run on.
+TEST_F(ChaosTest, TermIgnoringCommandKilledAtOnceOnLeaseLoss) {
   // The command traps TERM (and records it) and keeps running; its grandchild ignores TERM.
   const std::string script =
       "trap 'echo TERM >> got' TERM; echo $$ > pid; "
       "sh -c 'trap \"\" TERM; exec sleep 1000' & echo $! > gpid; "
       "while :; do sleep 0.05; done";
-  auto a = start(sh_args("ignore", script, {"--ttl", "3s", "--grace", "1s"}));
+  auto a = start(sh_args("ignore", script, {"--ttl", "6s", "--renew", "1s", "--grace", "3s"}));
   const pid_t cmd = wait_pid("pid");
   const pid_t gc = wait_pid("gpid");
   wait_lock("ignore");
-  ASSERT_TRUE(redis().cmd({"DEL", lock_key("ignore")}).ok());
   const auto lost_at = Clock::now();
+  ASSERT_TRUE(redis().cmd({"DEL", lock_key("ignore")}).ok());
   const auto w = watch_death({cmd, gc}, 10s);
-  ASSERT_TRUE(w.dead) << "TERM-ignoring command not SIGKILLed";
+  ASSERT_TRUE(w.dead) << "TERM-ignoring command not killed";
   const long long after = ms_between(lost_at, w.first_seen_dead);
   std::cout << "TERM-ignoring command dead " << after << " ms after its lock was deleted\n";
-  EXPECT_GE(ms_between(lost_at, w.last_seen_alive), 900)
-      << "SIGKILL came sooner than --grace (1s) after the stop signal";
-  EXPECT_LE(after, 1000 + 1000 + 1500) << "renew interval + grace + slack exceeded";
-  EXPECT_EQ(read_file(file("got")).value_or(""), "TERM\n") << "the stop signal was not sent first";
+  EXPECT_LE(after, 1000 + 1500) << "renew interval + slack exceeded: the grace was waited for";
+  EXPECT_EQ(read_file(file("got")).value_or(""), "") << "a stop signal was sent to a job whose lock was gone";
   EXPECT_EQ(a->wait_for_exit(10s), 124) << a->result();
 }
 

@@ -71,7 +71,7 @@ class FakeLease {
     [[maybe_unused]] auto n = ::write(m_wake.get(), &one, sizeof one);
   }
   LeaseWatch watch() {
-    return LeaseWatch{[this] { return deadline(); }, [this] { return m_lost.load(); }, m_wake.get(), {}, {}};
+    return LeaseWatch{[this] { return deadline(); }, [this] { return m_lost.load(); }, m_wake.get(), {}, {}, {}};
   }
 
  private:
@@ -208,14 +208,16 @@ TEST_F(supervisor, stops_processes_left_in_the_group_after_the_command_exits) {
   EXPECT_LT(BootClock::now() - before, std::chrono::seconds(10));
 }
 
-TEST_F(supervisor, stops_at_once_when_the_lease_is_already_lost) {
+// A lost lease (the lock gone or another owner's) kills the job at once: SIGKILL, no grace.
+TEST_F(supervisor, kills_at_once_when_the_lease_is_already_lost) {
   FakeLease lease(BootClock::now() + std::chrono::hours(1));
   lease.lose();
   auto before = BootClock::now();
   Supervised run = supervise(m_signals, {"sleep", "30"}, lease);
   ASSERT_TRUE(WIFSIGNALED(run.outcome.wait_status));
-  EXPECT_EQ(WTERMSIG(run.outcome.wait_status), SIGTERM);
+  EXPECT_EQ(WTERMSIG(run.outcome.wait_status), SIGKILL);
   EXPECT_TRUE(run.outcome.stopped_for_lease);
+  EXPECT_TRUE(run.outcome.killed);
   EXPECT_LT(BootClock::now() - before, std::chrono::seconds(5));
 }
 
@@ -230,10 +232,39 @@ TEST_F(supervisor, wakes_up_when_the_lease_is_lost_while_the_command_runs) {
   Supervised run = supervise(m_signals, {"sleep", "30"}, lease);
   loser.join();
   ASSERT_TRUE(WIFSIGNALED(run.outcome.wait_status));
-  EXPECT_EQ(WTERMSIG(run.outcome.wait_status), SIGTERM);
+  EXPECT_EQ(WTERMSIG(run.outcome.wait_status), SIGKILL);
   EXPECT_TRUE(run.outcome.stopped_for_lease);
   ASSERT_TRUE(run.outcome.command_died_at.has_value());
   EXPECT_LT(*run.outcome.command_died_at - Deadline(BootClock::duration(lost_at.load())), std::chrono::seconds(2));
+}
+
+// A job that ignores the stop signal, under a long grace: a lost lease does not wait for the grace.
+TEST_F(supervisor, does_not_wait_for_the_grace_when_the_lease_is_lost) {
+  FakeLease lease(BootClock::now() + std::chrono::hours(1));
+  std::atomic<BootClock::rep> lost_at{0};
+  std::thread loser([&] {
+    std::this_thread::sleep_for(milliseconds(300));
+    lost_at.store(BootClock::now().time_since_epoch().count());
+    lease.lose();
+  });
+  const StopPolicy long_grace{SIGTERM, {std::chrono::seconds(30), milliseconds(300)}};
+  Supervised run = supervise(m_signals, sh("trap '' TERM; sleep 30 & wait; sleep 30"), lease, long_grace);
+  loser.join();
+  ASSERT_TRUE(WIFSIGNALED(run.outcome.wait_status));
+  EXPECT_EQ(WTERMSIG(run.outcome.wait_status), SIGKILL);
+  EXPECT_TRUE(run.outcome.stopped_for_lease);
+  EXPECT_TRUE(run.outcome.killed);
+  ASSERT_TRUE(run.outcome.command_died_at.has_value());
+  EXPECT_LT(*run.outcome.command_died_at - Deadline(BootClock::duration(lost_at.load())), std::chrono::seconds(2));
+}
+
+// The command's run time: from its start to its end as reaped.
+TEST_F(supervisor, measures_how_long_the_command_ran) {
+  FakeLease lease(BootClock::now() + std::chrono::hours(1));
+  Supervised run = supervise(m_signals, sh("sleep 0.3"), lease);
+  ASSERT_TRUE(run.outcome.ran().has_value());
+  EXPECT_GE(*run.outcome.ran(), milliseconds(290));
+  EXPECT_LT(*run.outcome.ran(), milliseconds(2000));
 }
 
 TEST_F(supervisor, follows_a_deadline_that_renewals_move_later) {

@@ -233,3 +233,41 @@ TEST(watchdog, kills_the_whole_group_when_its_parent_dies_after_it_moved) {
   ASSERT_TRUE(status.has_value()) << "a process of the command's group outlived the parent of a moved watchdog";
   EXPECT_EQ(WTERMSIG(*status), SIGKILL);
 }
+
+// The watchdog reports, in the page it shares with fencerun, when it sent the stop signal and SIGKILL
+// and when it saw the command exit: a fencerun that was stopped meanwhile learns when the job ended,
+// not when it woke up. The report survives the watchdog's move into a memory of its own.
+TEST_P(WatchdogStarts, reports_when_it_stopped_the_command_and_saw_it_exit) {
+  StartSettings settings(GetParam(), std::chrono::milliseconds(20));
+  using namespace std::chrono;
+  auto boot_ns = [] {
+    timespec ts{};
+    ::clock_gettime(CLOCK_BOOTTIME, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+  };
+  Watchdog watchdog;
+  SpawnRequest request;
+  request.argv = {"/bin/sleep", "30"};
+  request.env = {"PATH=/usr/bin:/bin"};
+  sigemptyset(&request.mask);
+  auto pid = spawn(request);
+  ASSERT_TRUE(pid.has_value());
+  const auto now = fencerun::BootClock::now();
+  const std::int64_t asked_stop = (now + milliseconds(300)).time_since_epoch().count();
+  watchdog.guard(*pid, now + milliseconds(300), now + milliseconds(600));
+  const auto& report = watchdog.report();
+  // Not reaped here: the command stays a zombie, as under a stopped fencerun.
+  for (int i = 0; i < 500 && report.kill_sent_ns.load() == 0; ++i) std::this_thread::sleep_for(milliseconds(10));
+  const std::int64_t stop = report.stop_sent_ns.load(), exited = report.exited_ns.load(),
+                     killed = report.kill_sent_ns.load();
+  EXPECT_GE(stop, asked_stop);
+  EXPECT_LT(stop, asked_stop + 200'000'000);
+  EXPECT_GE(exited, stop) << "the command's exit was not seen after the stop signal";
+  EXPECT_LT(exited, stop + 200'000'000) << "the command's exit was seen late";
+  EXPECT_GE(killed, asked_stop + 300'000'000);
+  EXPECT_LE(killed, boot_ns());
+  int status = 0;
+  ASSERT_EQ(::waitpid(*pid, &status, 0), *pid);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM);
+  watchdog.disarm();
+}

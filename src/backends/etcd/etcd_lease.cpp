@@ -58,7 +58,9 @@ bool retryable(const Error& e) {
 }
 
 // The renewal of a held etcd lease: one keep-alive, then the key is read to see that it is still
-// there (`fencerun break` deletes it, and a lease alone would not tell).
+// there (a key deleted by itself leaves the lease alive, and a lease alone would not tell). A lease
+// gone is revoked (`fencerun break` revokes the holder's) or ran out; a key gone under a live lease
+// was deleted (broken); a key on another lease is another owner's.
 class EtcdRenewer final : public Renewer {
  public:
   EtcdRenewer(Client& client, std::int64_t lease, std::string key) : m_client(client), m_lease(lease), m_key(std::move(key)) {}
@@ -68,10 +70,10 @@ class EtcdRenewer final : public Renewer {
     sent = BootClock::now();
     auto ttl = m_client.keep_alive(m_lease, deadline);
     if (!ttl) return std::unexpected(ttl.error());
-    if (!*ttl) return RenewOutcome::gone;
+    if (!*ttl) return RenewOutcome::revoked;
     auto own = m_client.range(etcd::single(m_key), deadline);
     if (!own) return std::unexpected(own.error());
-    if (own->kvs.empty()) return RenewOutcome::gone;
+    if (own->kvs.empty()) return RenewOutcome::broken;
     if (own->kvs.front().lease != m_lease) return RenewOutcome::stolen;
     m_revision.store(own->revision);
     return RenewOutcome::renewed;
@@ -370,6 +372,10 @@ class EtcdHeldLease final : public KeptLease {
     KeptLease::stop_keeping();
   }
   bool lost() const override { return m_deleted.load() || KeptLease::lost(); }
+  LossCause loss_cause() const override {
+    if (KeptLease::lost()) return KeptLease::loss_cause();
+    return m_deleted.load() ? m_cause.load() : LossCause::none;
+  }
 
   Released release() override {
     stop_keeping();
@@ -401,7 +407,11 @@ class EtcdHeldLease final : public KeptLease {
   // A cluster without a leader for a moment (an election) is waited for, while the lease lasts with a
   // request's time to spare for the revoke: nobody else can hold the lock before it ends anyway.
   void record_end(const RunOutcome& how) {
-    const std::uint64_t end = wall_us();
+    // The start plus how long the command ran (a fencerun stopped or starved after the job ended
+    // releases late); the time now when that is not known.
+    std::uint64_t end = wall_us();
+    if (how.ran && how.ran->count() >= 0)
+      end = std::min(end, *m_started_us + static_cast<std::uint64_t>(how.ran->count()));
     const std::string token = std::to_string(m_acquired.token);
     auto warn = [&](const Error& e) {
       log::event(log::Level::warn, "record_failed", "could not record the run in etcd: " + e.message, m_context);
@@ -469,11 +479,19 @@ class EtcdHeldLease final : public KeptLease {
         // the renewals, which read the key each time.
         if (state != etcd::Watch::State::deleted) return;
         m_deleted.store(true);
-        log::event(log::Level::error, "lease_lost", "lease lost: the lock key was deleted", m_context);
         if (const int fd = wake_fd(); fd >= 0) {
           std::uint64_t one = 1;
           [[maybe_unused]] auto n = ::write(fd, &one, sizeof one);
         }
+        // The job is being killed already; then, for the log, why: a lease still alive had its key
+        // deleted (broken), else the lease itself went (revoked, as by break, or ran out). One
+        // keep-alive, bounded, on this thread.
+        const auto bound = std::min<milliseconds>(m_request.request_timeout, milliseconds(500));
+        auto ttl = m_client.keep_alive(m_lease, BootClock::now() + bound);
+        if (ttl) m_cause.store(*ttl ? LossCause::broken : LossCause::revoked);
+        const LossCause cause = m_cause.load();
+        log::event(log::Level::error, "lease_lost", std::string("lease lost: the lock key was deleted; ") + loss_cause_text(cause),
+                   m_context, {{"cause", loss_cause_name(cause)}});
       });
     } catch (const std::exception& e) {
       log::event(log::Level::debug, "watch_failed", std::string("cannot watch the lock key: ") + e.what(), m_context);
@@ -493,6 +511,7 @@ class EtcdHeldLease final : public KeptLease {
   const EtcdLeaseTarget& m_target;
   bool m_released = false;
   std::atomic<bool> m_deleted{false};
+  std::atomic<LossCause> m_cause{LossCause::expired_or_deleted};  // why the key was deleted, once known
   std::optional<etcd::Watch> m_watch;
 };
 

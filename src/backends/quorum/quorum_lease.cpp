@@ -463,13 +463,13 @@ class QuorumHeldLease final : public KeptLease {
   }
 
  private:
-  // The run's record for the release (release.lua's ARGV 4..15): no start, each server uses its own.
+  // The run's record for the release (release.lua's ARGV 4..16): no start, each server uses its own.
   std::vector<std::string> record() const {
     const auto& records = m_ops.records();
     if (!records || !m_outcome || m_acquired.started_us.empty()) return {};
     const auto duration = std::chrono::duration_cast<std::chrono::microseconds>(BootClock::now() - m_acquired.sent);
     auto args = record_release_args(m_ops.keys(), *records, *m_outcome, "", m_acquired.token, m_acquired.value);
-    args.push_back(std::to_string(duration.count()));
+    args[11] = std::to_string(duration.count());
     return args;
   }
 

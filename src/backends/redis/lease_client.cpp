@@ -174,7 +174,9 @@ std::vector<std::string> record_release_args(const LockKeys& keys, const RecordA
           std::to_string(token),
           h.pid ? std::to_string(*h.pid) : "-",
           h.host.empty() ? "-" : h.host,
-          records.version};
+          records.version,
+          "",
+          outcome.ran ? std::to_string(outcome.ran->count()) : ""};
 }
 
 redis::Result<bool> LeaseClient::release_recorded(std::string_view owner, std::string_view value, const Acquired& acquired,

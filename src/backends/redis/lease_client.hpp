@@ -72,7 +72,9 @@ struct RecordArgs {
 
 // The record a release writes, as release.lua (ARGV 4 on), record.lua and slots_release.lua take it:
 // the key base, outcome, exit code, signal, records' TTL, runs kept, `start` (server time; "" in quorum
-// mode: each server's own), token, pid and host (from the lock `value`), fencerun's version.
+// mode: each server's own), token, pid and host (from the lock `value`), fencerun's version, the run's
+// duration so far for a server without a start ("" here; quorum mode fills it in) and how long the
+// command ran ("" unknown).
 std::vector<std::string> record_release_args(const LockKeys& keys, const RecordArgs& records,
                                              const RunOutcome& outcome, std::string_view start, std::uint64_t token,
                                              std::string_view value);

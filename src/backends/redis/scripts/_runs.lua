@@ -58,9 +58,10 @@ local function too_recent(base, now_us, min_ms)
 end
 
 -- Closes the run at its release (release.lua, record.lua): its record, from the arguments a[i] ...
--- a[i + 10]: the key base, the outcome as the caller knows it ('ok', 'failed', 'stopped'), exit code
+-- a[i + 12]: the key base, the outcome as the caller knows it ('ok', 'failed', 'stopped'), exit code
 -- ('-' when unknown), signal ('-' when none), the records' TTL in ms, how many runs are kept, the
--- run's start (server time, microseconds), token, pid, host, fencerun's version. A run that did not
+-- run's start (server time, microseconds), token, pid, host, fencerun's version, the run's duration
+-- (quorum mode, see below), how long the command ran (microseconds; '' unknown). A run that did not
 -- hold the lock any more (`ours` false) and saw 'ok' or 'failed' is recorded as 'lost'; one recorded
 -- as killed meanwhile (another run found the lock free) has that record replaced. `slot`: the slot of
 -- a counting lock (its run in progress is in the 'running' hash), nil for the plain lock.
@@ -79,7 +80,13 @@ local function close_run(ours, owner, a, i, slot)
   if start == '' then
     start = mine and string.match(run, '^%S+ (%S+) ') or string.format('%.0f', now - (tonumber(a[i + 11]) or 0))
   end
-  local record = table.concat({start, string.format('%.0f', now), outcome, a[i + 2], a[i + 3],
+  -- The end: the start plus how long the command ran as the caller measured it (a[i + 12],
+  -- microseconds), not the time of the release (a caller stopped or starved after its job ended
+  -- releases late); the time now when it is not known.
+  local finish = now
+  local ran = tonumber(a[i + 12])
+  if ran and tonumber(start) then finish = math.min(now, tonumber(start) + ran) end
+  local record = table.concat({start, string.format('%.0f', finish), outcome, a[i + 2], a[i + 3],
                                a[i + 7], a[i + 8], a[i + 9], a[i + 10]}, ' ')
   local replaced = false
   if mine then

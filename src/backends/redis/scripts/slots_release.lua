@@ -3,7 +3,7 @@
 -- KEYS: 1 limit, 2 queue, 3 turns.
 -- ARGV: 1 owner, 2 the slot ('' when not known: every slot is looked at), 3 the slots' key prefix,
 --       4 N, 5 waiters' channel prefix, 6 turn ms; to record the run (see _runs.lua; only with the slot
---       known) also 7..17 as release.lua's 4..14.
+--       known) also 7..19 as release.lua's 4..16.
 -- Returns 1 deleted, 0 not ours (gone or another owner's).
 -- @include _queue.lua
 -- @include _slots.lua
