@@ -131,12 +131,22 @@ std::string joined_records(const std::vector<std::string>& records) {
   return out;
 }
 
-// The stamp that heads `runs`: when (this host's clock) the records' lease was last kept alive.
-std::optional<std::uint64_t> kept_stamp(const std::optional<KeyValue>& runs) {
+// The stamp that heads `runs`, "#kept US TTL_S": when (the writing host's clock) the records' lease
+// was last kept alive, and its TTL then.
+struct KeptStamp {
+  std::uint64_t us = 0;
+  std::int64_t ttl_s = 0;
+};
+std::optional<KeptStamp> kept_stamp(const std::optional<KeyValue>& runs) {
   if (!runs || !runs->value.starts_with("#kept ")) return std::nullopt;
   std::string_view v(runs->value);
   v.remove_prefix(6);
-  return parse_u64(v.substr(0, v.find('\n')));
+  const auto w = words(v.substr(0, v.find('\n')));
+  if (w.size() != 2) return std::nullopt;
+  auto us = parse_u64(w[0]);
+  auto ttl = parse_u64(w[1]);
+  if (!us || !ttl) return std::nullopt;
+  return KeptStamp{*us, static_cast<std::int64_t>(*ttl)};
 }
 
 // The records' TTL as etcd takes it: whole seconds, rounded up, within etcd's bounds.
@@ -209,7 +219,8 @@ class EtcdRecords {
     const auto stamp = kept_stamp(s.runs);
     const std::uint64_t now = wall_us();
     const std::uint64_t quarter_us = static_cast<std::uint64_t>(m_ttl_s) * 250'000;
-    const bool refresh = writes_runs && (!stamp || *stamp > now || now - *stamp >= quarter_us);
+    const bool refresh = writes_runs && (!stamp || stamp->ttl_s != m_ttl_s || stamp->us > now ||
+                                         now - stamp->us >= quarter_us);
     std::int64_t lease = 0;
     bool renewed = false;
     if (puts) {
@@ -219,8 +230,9 @@ class EtcdRecords {
     }
     RecordWrites out = w;
     if (writes_runs) {
-      const std::uint64_t kept = renewed || !stamp ? now : *stamp;
-      out.runs = std::optional<std::string>("#kept " + std::to_string(kept) + "\n" + **w.runs);
+      const std::uint64_t kept = renewed || !stamp ? now : stamp->us;
+      out.runs = std::optional<std::string>("#kept " + std::to_string(kept) + " " + std::to_string(m_ttl_s) + "\n" +
+                                            **w.runs);
     }
     const Key written[] = {{m_keys.run, s.run, out.run}, {m_keys.ok, s.ok, out.ok}, {m_keys.runs, s.runs, out.runs}};
     etcd::TxnRequest t;

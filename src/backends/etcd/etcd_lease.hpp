@@ -26,12 +26,12 @@
 // once its whole job is gone). Timed by the server's lease, one clock for every host.
 //
 // The record of runs (run_record.hpp), beside the lock, attached to one etcd lease of --records-ttl
-// (kept alive by a release at most every quarter of that TTL, when the stamp "#kept US" that heads
+// (kept alive by a release at most every quarter of that TTL, when the stamp "#kept US TTL_S" that heads
 // `runs` says so; a NAME unused that long leaves nothing):
 //
 //   <prefix>{NAME}:run    the run in progress: "OWNER START_US TOKEN PID HOST VERSION TTL_MS"
 //   <prefix>{NAME}:ok     the last successful run's record
-//   <prefix>{NAME}:runs   "#kept US", then the last --keep-runs records, newest first, one per line
+//   <prefix>{NAME}:runs   "#kept US TTL_S", then the last --keep-runs records, newest first, one per line
 //
 // Times are this host's wall clock (etcd has none a client can read). The holder writes them in
 // transactions that compare its own key's create_revision (it holds the lock only while that key is
