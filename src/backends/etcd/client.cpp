@@ -6,8 +6,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+// Only Beast's message, parser and serializer: not http.hpp, whose stream reads and writes bring in
+// Asio's services (static objects initialised at every start-up, etcd or not).
 #include <boost/beast/core/buffers_range.hpp>
-#include <boost/beast/http.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/serializer.hpp>
+#include <boost/beast/http/string_body.hpp>
 #include <charconv>
 #include <utility>
 #include <nlohmann/json.hpp>
