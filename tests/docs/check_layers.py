@@ -12,8 +12,11 @@
   none either.
 - A backend includes no other backend, except that a quorum is built of Redis servers
   (backends/quorum may include backends/redis).
-- hiredis is included only under src/backends/redis/, spdlog only in src/log/log.cpp, libcurl and the
-  JSON library only in src/backends/etcd/client.cpp (the etcd client, loaded only for etcd URLs).
+- src/net/ (the byte streams: TCP, unix socket, TLS) is neutral: any backend may use it, and it
+  includes nothing but src/util/ (no backend, not the seam).
+- hiredis is included only under src/backends/redis/, spdlog only in src/log/log.cpp, Boost.Beast and
+  the JSON library only in src/backends/etcd/client.cpp (the etcd client); OpenSSL only under
+  src/net/; libcurl nowhere.
 - No signal handler is installed anywhere (signals are read from a signalfd): the command's vfork
   child, which shares fencerun's memory, relies on it (src/supervisor/spawn.cpp).
 Exit 0 when all hold; otherwise prints each violation and exits 1.
@@ -26,7 +29,9 @@ INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
 ONLY_IN = [
     (re.compile(r"^hiredis/"), lambda f: f.startswith("backends/redis/"), "hiredis outside src/backends/redis/"),
     (re.compile(r"^spdlog/"), lambda f: f == "log/log.cpp", "spdlog outside src/log/log.cpp"),
-    (re.compile(r"^curl/"), lambda f: f == "backends/etcd/client.cpp", "libcurl outside src/backends/etcd/client.cpp"),
+    (re.compile(r"^curl/"), lambda f: False, "libcurl (the etcd client speaks HTTP/1.1 itself)"),
+    (re.compile(r"^boost/"), lambda f: f == "backends/etcd/client.cpp", "Boost outside src/backends/etcd/client.cpp"),
+    (re.compile(r"^openssl/"), lambda f: f.startswith("net/"), "OpenSSL outside src/net/"),
     (re.compile(r"^nlohmann/"), lambda f: f == "backends/etcd/client.cpp",
      "the JSON library outside src/backends/etcd/client.cpp"),
 ]
@@ -37,6 +42,8 @@ BACKEND_NAME = re.compile(r"\b(?:redis|etcd|quorum)::|\b(?:Redis|Etcd|Quorum)[A-
 # Comments and string or character literals, blanked before BACKEND_NAME looks (line breaks kept).
 NOT_CODE = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
 BACKENDS_ALLOWED = {("backends/quorum", "backends/redis")}
+# Neutral layers and the only layers each may include.
+NEUTRAL_INCLUDES = {"net": {"util"}}
 
 
 def layer_of(rel):
@@ -87,6 +94,9 @@ def main():
             if (here.startswith("backends/") and target.startswith("backends/")
                     and (here, target) not in BACKENDS_ALLOWED):
                 problems.append("%s: #include <%s>: one backend includes another" % (rel, inc))
+            if here in NEUTRAL_INCLUDES and target not in NEUTRAL_INCLUDES[here]:
+                problems.append("%s: #include <%s>: %s/ includes only %s" % (
+                    rel, inc, here, ", ".join(sorted(NEUTRAL_INCLUDES[here]))))
             edges[here].add(target)
     # A cycle between layers: depth-first search with colours.
     colour = {d: 0 for d in layers}

@@ -1,64 +1,32 @@
 #include "backends/etcd/client.hpp"
 
-#include <curl/curl.h>
-#include <dlfcn.h>
+#include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+// Only Beast's message, parser and serializer: not http.hpp, whose stream reads and writes bring in
+// Asio's services (static objects initialised at every start-up, etcd or not).
+#include <boost/beast/core/buffers_range.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/serializer.hpp>
+#include <boost/beast/http/string_body.hpp>
 #include <charconv>
+#include <utility>
 #include <nlohmann/json.hpp>
 
+#include "net/transport.hpp"
 #include "util/error.hpp"
 
 namespace fencerun::etcd {
 namespace {
 
 using nlohmann::json;
-
-// ---- libcurl, loaded at the first use (see client.hpp).
-
-constexpr const char* k_libcurl = "libcurl.so.4";
-
-#define FENCERUN_CURL_FUNCTIONS(X)                                                                        \
-  X(curl_global_init) X(curl_easy_init) X(curl_easy_setopt) X(curl_easy_perform) X(curl_easy_getinfo)    \
-  X(curl_easy_cleanup) X(curl_easy_strerror) X(curl_slist_append) X(curl_slist_free_all)                \
-  X(curl_multi_init) X(curl_multi_add_handle) X(curl_multi_remove_handle) X(curl_multi_perform)          \
-  X(curl_multi_poll) X(curl_multi_wakeup) X(curl_multi_info_read) X(curl_multi_cleanup)
-
-struct Curl {
-#define FENCERUN_DECLARE(name) decltype(&::name) name = nullptr;
-  FENCERUN_CURL_FUNCTIONS(FENCERUN_DECLARE)
-#undef FENCERUN_DECLARE
-  std::string error;  // why it could not be loaded ("" when loaded)
-};
-
-Curl load_curl() {
-  Curl lib;
-  // Never unloaded: the process ends with it.
-  void* handle = ::dlopen(k_libcurl, RTLD_NOW | RTLD_LOCAL);
-  if (!handle) {
-    const char* why = ::dlerror();
-    lib.error = std::string("etcd is not available: cannot load ") + k_libcurl + (why ? std::string(": ") + why : "");
-    return lib;
-  }
-#define FENCERUN_RESOLVE(name)                                                       \
-  lib.name = reinterpret_cast<decltype(&::name)>(::dlsym(handle, #name));          \
-  if (!lib.name) {                                                                   \
-    lib.error = std::string("etcd is not available: ") + k_libcurl + " has no " #name; \
-    return lib;                                                                      \
-  }
-  FENCERUN_CURL_FUNCTIONS(FENCERUN_RESOLVE)
-#undef FENCERUN_RESOLVE
-  if (lib.curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) lib.error = "etcd is not available: libcurl did not start";
-  return lib;
-}
-
-// Loaded once, by the first Client (on the main thread, before any renewal thread starts).
-const Curl& curl() {
-  static const Curl lib = load_curl();
-  return lib;
-}
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
 
 // ---- base64, for keys and values (the gateway's bytes fields)
 
@@ -185,19 +153,6 @@ std::chrono::milliseconds ms_left(Deadline d) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(time_left(d));
 }
 
-struct SList {
-  curl_slist* list = nullptr;
-  ~SList() {
-    if (list) curl().curl_slist_free_all(list);
-  }
-  void add(const std::string& s) { list = curl().curl_slist_append(list, s.c_str()); }
-};
-
-std::size_t append_body(char* data, std::size_t size, std::size_t n, void* out) {
-  static_cast<std::string*>(out)->append(data, size * n);
-  return size * n;
-}
-
 }  // namespace
 
 std::string prefix_end(std::string_view prefix) {
@@ -215,47 +170,134 @@ std::string prefix_end(std::string_view prefix) {
 
 // ---- Client
 
-struct Client::Impl {
-  CURL* easy = nullptr;
-  std::vector<std::optional<std::string>> tokens;  // per member: the auth token (simple tokens are a member's own)
-  ~Impl() {
-    if (easy) curl().curl_easy_cleanup(easy);
+namespace {
+
+// ---- HTTP/1.1 over the net/ transports: requests written by Beast's serializer, replies read by its
+// parser from the bytes the transport hands over. No proxy is ever used: the members are reached as
+// the URL names them.
+
+// The Host header's value (and the name a TLS certificate must carry): --tls-server-name when given.
+std::string host_header(const EtcdEndpoint& ep, std::size_t i) {
+  const auto& m = ep.members[i];
+  const std::string& name = ep.tls && !ep.tls_settings.server_name.empty() ? ep.tls_settings.server_name : m.host;
+  return (name.find(':') != std::string::npos ? "[" + name + "]" : name) + ":" + std::to_string(m.port);
+}
+
+// The bytes of a POST of `body` (JSON) to `path` on member `i`.
+std::string post_request(const EtcdEndpoint& ep, std::size_t i, const std::string& path, const std::string& body,
+                         const std::optional<std::string>& token) {
+  http::request<http::string_body> req{http::verb::post, path, 11};
+  req.set(http::field::host, host_header(ep, i));
+  req.set(http::field::content_type, "application/json");
+  if (token) req.set(http::field::authorization, *token);
+  req.keep_alive(true);
+  req.body() = body;
+  req.prepare_payload();
+  http::request_serializer<http::string_body> sr{req};
+  std::string out;
+  out.reserve(body.size() + 256);
+  beast::error_code ec;
+  while (!sr.is_done() && !ec) {
+    sr.next(ec, [&](beast::error_code&, const auto& buffers) {
+      std::size_t n = 0;
+      for (const auto b : beast::buffers_range_ref(buffers)) {
+        out.append(static_cast<const char*>(b.data()), b.size());
+        n += b.size();
+      }
+      sr.consume(n);
+    });
   }
+  return out;
+}
+
+// How reading a reply ended.
+struct ReadEnd {
+  bool ok = false;
+  bool got_any = false;            // a byte of the reply arrived
+  std::optional<net::Error> fault;  // the transport failed
+  std::string bad_http;             // the bytes were not HTTP (the parser's words)
+};
+
+// Feeds `parser` from `in` (bytes read but not consumed), then from the transport, until the message
+// (or with `header_only`, its header) is complete, bounded by `deadline`.
+template <class Parser>
+ReadEnd read_message(net::Transport& t, Parser& parser, std::string& in, Deadline deadline, bool header_only = false) {
+  ReadEnd end;
+  char buf[16384];
+  auto complete = [&] { return parser.is_done() || (header_only && parser.is_header_done()); };
+  for (;;) {
+    while (!in.empty() && !complete()) {
+      beast::error_code ec;
+      const std::size_t used = parser.put(boost::asio::const_buffer(in.data(), in.size()), ec);
+      in.erase(0, used);
+      if (ec == http::error::need_more) break;
+      if (ec) {
+        end.bad_http = ec.message();
+        return end;
+      }
+      if (used == 0) break;
+    }
+    if (complete()) {
+      end.ok = true;
+      return end;
+    }
+    auto n = t.read_some(buf, sizeof buf, deadline);
+    if (!n) {
+      if (n.error().closed && parser.got_some() && parser.need_eof()) {  // a reply that ends with the connection
+        beast::error_code ec;
+        parser.put_eof(ec);
+        if (!ec) {
+          end.ok = true;
+          return end;
+        }
+      }
+      end.fault = std::move(n.error());
+      return end;
+    }
+    end.got_any = true;
+    in.append(buf, *n);
+  }
+}
+
+// Whether an idle connection was closed by the member (or holds bytes nobody asked for): then it must
+// not carry the next request.
+bool idle_connection_closed(const net::Transport& t) {
+  if (t.has_buffered()) return true;
+  pollfd p{t.fd(), POLLIN | POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) > 0;
+}
+
+// Opens a connection to member `i`: TCP, then TLS for etcds:// (the member's host, or
+// --tls-server-name, verified and sent as SNI; ALPN offers HTTP/1.1, which the gateway serves).
+Result<std::unique_ptr<net::Transport>> connect_member(const EtcdEndpoint& ep, std::size_t i, Deadline deadline) {
+  const auto& m = ep.members[i];
+  net::Address address{m.host, m.port, {}};
+  auto fd = net::connect_socket(address, deadline);
+  if (!fd) {
+    const bool timeout = fd.error().kind == net::Error::Kind::timeout;
+    return std::unexpected(Error{timeout ? Error::Kind::timeout : Error::Kind::unavailable, fd.error().message, false});
+  }
+  if (!ep.tls) return net::plain_transport(std::move(*fd));
+  const net::TlsOptions options{ep.tls_settings, "etcd://", "http/1.1"};
+  auto t = net::open_tls_transport(std::move(*fd), m.host, options, deadline);
+  if (!t) {
+    const bool timeout = t.error().kind == net::Error::Kind::timeout;
+    return std::unexpected(
+        Error{timeout ? Error::Kind::timeout : Error::Kind::unavailable, "TLS: " + t.error().message, false});
+  }
+  return std::move(*t);
+}
+
+}  // namespace
+
+struct Client::Impl {
+  std::vector<std::optional<std::string>> tokens;  // per member: the auth token (simple tokens are a member's own)
+  // Per member: the keep-alive connection, kept for the run, and whether it answered a request.
+  std::vector<std::unique_ptr<net::Transport>> connections;
+  std::vector<bool> served;
 };
 
 namespace {
-
-// The address and TLS options of member `i` on `easy`; `url` is the member's base URL + path.
-// With --tls-server-name the request goes to that name (verified and sent as SNI) and is connected
-// to the member's address.
-void set_target(CURL* easy, const EtcdEndpoint& ep, std::size_t i, const std::string& path, SList& connect_to) {
-  const auto& c = curl();
-  const auto& m = ep.members[i];
-  std::string url = member_base(ep, i) + path;
-  if (ep.tls && !ep.tls_settings.server_name.empty()) {
-    const std::string& name = ep.tls_settings.server_name;
-    const bool ipv6 = m.host.find(':') != std::string::npos;
-    url = "https://" + name + ":" + std::to_string(m.port) + path;
-    connect_to.add(name + ":" + std::to_string(m.port) + ":" + (ipv6 ? "[" + m.host + "]" : m.host) + ":" +
-                   std::to_string(m.port));
-    c.curl_easy_setopt(easy, CURLOPT_CONNECT_TO, connect_to.list);
-  } else {
-    c.curl_easy_setopt(easy, CURLOPT_CONNECT_TO, static_cast<curl_slist*>(nullptr));
-  }
-  c.curl_easy_setopt(easy, CURLOPT_URL, url.c_str());
-  c.curl_easy_setopt(easy, CURLOPT_PROXY, "");  // never $http_proxy: the members are named as they are
-  c.curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
-  c.curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
-  if (ep.tls) {
-    const auto& t = ep.tls_settings;
-    if (!t.ca_file.empty()) c.curl_easy_setopt(easy, CURLOPT_CAINFO, t.ca_file.c_str());
-    if (!t.cert_file.empty()) c.curl_easy_setopt(easy, CURLOPT_SSLCERT, t.cert_file.c_str());
-    if (!t.key_file.empty() || !t.cert_file.empty())
-      c.curl_easy_setopt(easy, CURLOPT_SSLKEY, (t.key_file.empty() ? t.cert_file : t.key_file).c_str());
-    c.curl_easy_setopt(easy, CURLOPT_SSL_VERIFYPEER, t.insecure ? 0L : 1L);
-    c.curl_easy_setopt(easy, CURLOPT_SSL_VERIFYHOST, t.insecure ? 0L : 2L);
-  }
-}
 
 // One POST to member `i`: the reply's JSON, or the error of this attempt. `retry`: another member may
 // do better.
@@ -265,66 +307,80 @@ struct Attempt {
   bool retry = false;
 };
 
-Attempt post(CURL* easy, const EtcdEndpoint& ep, std::size_t i, const std::string& path, const std::string& body,
-             const std::optional<std::string>& token, std::chrono::milliseconds budget) {
-  const auto& c = curl();
-  Attempt a;
-  SList headers, connect_to;
-  headers.add("Content-Type: application/json");
-  headers.add("Expect:");
-  if (token) headers.add("Authorization: " + *token);
-  std::string response;
-  char detail[CURL_ERROR_SIZE] = {};
-  c.curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, detail);
-  set_target(easy, ep, i, path, connect_to);
-  c.curl_easy_setopt(easy, CURLOPT_HTTPHEADER, headers.list);
-  c.curl_easy_setopt(easy, CURLOPT_POST, 1L);
-  c.curl_easy_setopt(easy, CURLOPT_POSTFIELDS, body.c_str());
-  c.curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
-  c.curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, &append_body);
-  c.curl_easy_setopt(easy, CURLOPT_WRITEDATA, &response);
-  const long ms = std::max<long>(1, static_cast<long>(budget.count()));
-  c.curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, ms);
-  c.curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, ms);
-  const CURLcode rc = c.curl_easy_perform(easy);
-  c.curl_easy_setopt(easy, CURLOPT_HTTPHEADER, static_cast<curl_slist*>(nullptr));
-  c.curl_easy_setopt(easy, CURLOPT_CONNECT_TO, static_cast<curl_slist*>(nullptr));
-  c.curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, static_cast<char*>(nullptr));
-  if (rc != CURLE_OK) {
-    long connected = 0;
-    c.curl_easy_getinfo(easy, CURLINFO_REQUEST_SIZE, &connected);
-    a.retry = true;
-    a.error.maybe_executed = connected > 0;
-    // libcurl's own words for this failure (a certificate's names, say), else its code's.
-    const std::string why = detail[0] ? std::string(detail) : std::string(c.curl_easy_strerror(rc));
-    switch (rc) {
-      case CURLE_OPERATION_TIMEDOUT:
-        a.error = {Error::Kind::timeout, "no answer within " + std::to_string(ms) + "ms", connected > 0};
-        break;
-      case CURLE_SSL_CONNECT_ERROR:
-      case CURLE_PEER_FAILED_VERIFICATION:
-      case CURLE_SSL_CACERT_BADFILE:
-      case CURLE_SSL_CERTPROBLEM:
-      case CURLE_SSL_CIPHER:
-      case CURLE_SSL_ISSUER_ERROR:
-        a.error = {Error::Kind::unavailable, "TLS: " + why, false};
-        break;
-      case CURLE_GOT_NOTHING:
-        a.error = {Error::Kind::protocol, "no HTTP answer: not an etcd client port?", connected > 0};
-        break;
-      case CURLE_UNSUPPORTED_PROTOCOL:
-      case CURLE_WEIRD_SERVER_REPLY:
-      case CURLE_HTTP2:
-        a.error = {Error::Kind::protocol, "not an etcd server (" + why + ")", connected > 0};
-        break;
-      default:
-        a.error = {Error::Kind::unavailable, why, connected > 0};
+struct HttpReply {
+  unsigned status = 0;
+  std::string body;
+};
+
+// The HTTP exchange with member `i` on its connection (opened now, or kept from an earlier request). A
+// kept connection that turns out closed before a byte of the reply came is replaced once: the member
+// did not run the request.
+Result<HttpReply> exchange(Client::Impl& impl, const EtcdEndpoint& ep, std::size_t i, const std::string& request,
+                           Deadline deadline, std::chrono::milliseconds budget) {
+  auto& conn = impl.connections[i];
+  for (int round = 0;; ++round) {
+    if (conn && impl.served[i] && idle_connection_closed(*conn)) conn.reset();
+    const bool reused = conn != nullptr;
+    if (!conn) {
+      auto opened = connect_member(ep, i, deadline);
+      if (!opened) {
+        if (opened.error().kind == Error::Kind::timeout && opened.error().message.find("TLS") == std::string::npos)
+          opened.error().message = "no answer within " + std::to_string(budget.count()) + "ms (" +
+                                   opened.error().message + ")";
+        return std::unexpected(opened.error());
+      }
+      conn = std::move(*opened);
+      impl.served[i] = false;
     }
+    auto drop = [&] {
+      conn.reset();
+      impl.served[i] = false;
+    };
+    if (auto w = conn->write_all(request.data(), request.size(), deadline); !w) {
+      drop();
+      if (reused && round == 0 && w.error().kind == net::Error::Kind::connection) continue;
+      const bool timeout = w.error().kind == net::Error::Kind::timeout;
+      return std::unexpected(Error{timeout ? Error::Kind::timeout : Error::Kind::unavailable,
+                                   timeout ? "no answer within " + std::to_string(budget.count()) + "ms"
+                                           : w.error().message,
+                                   w.error().maybe_executed});
+    }
+    http::response_parser<http::string_body> parser;
+    parser.eager(true);
+    parser.body_limit(64u << 20);
+    std::string in;
+    ReadEnd end = read_message(*conn, parser, in, deadline);
+    if (end.ok) {
+      const bool keep = parser.get().keep_alive() && in.empty();
+      HttpReply reply{parser.get().result_int(), std::move(parser.get().body())};
+      if (keep) impl.served[i] = true;
+      else drop();
+      return reply;
+    }
+    drop();
+    if (end.fault && !end.got_any && reused && round == 0 && end.fault->closed) continue;
+    if (!end.bad_http.empty())
+      return std::unexpected(Error{Error::Kind::protocol, "not an etcd server (" + end.bad_http + ")", true});
+    if (end.fault->kind == net::Error::Kind::timeout)
+      return std::unexpected(Error{Error::Kind::timeout, "no answer within " + std::to_string(budget.count()) + "ms", true});
+    if (!end.got_any && end.fault->closed)
+      return std::unexpected(Error{Error::Kind::protocol, "no HTTP answer: not an etcd client port?", true});
+    return std::unexpected(Error{Error::Kind::unavailable, end.fault->message, true});
+  }
+}
+
+Attempt post(Client::Impl& impl, const EtcdEndpoint& ep, std::size_t i, const std::string& path, const std::string& body,
+             const std::optional<std::string>& token, std::chrono::milliseconds budget) {
+  Attempt a;
+  budget = std::max(budget, std::chrono::milliseconds(1));
+  auto got = exchange(impl, ep, i, post_request(ep, i, path, body, token), BootClock::now() + budget, budget);
+  if (!got) {
+    a.retry = true;
+    a.error = got.error();
     return a;
   }
-  long status = 0;
-  c.curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
-  json reply = json::parse(response, nullptr, false);
+  const unsigned status = got->status;
+  json reply = json::parse(got->body, nullptr, false);
   if (reply.is_discarded() || !reply.is_object()) {
     a.retry = true;
     a.error = {Error::Kind::protocol, "not an etcd server (HTTP " + std::to_string(status) + ", not etcd's JSON)",
@@ -365,6 +421,8 @@ Attempt post(CURL* easy, const EtcdEndpoint& ep, std::size_t i, const std::strin
 
 Client::Client(const EtcdEndpoint& endpoint) : m_endpoint(endpoint), m_impl(std::make_unique<Impl>()) {
   m_impl->tokens.resize(m_endpoint.members.size());
+  m_impl->connections.resize(m_endpoint.members.size());
+  m_impl->served.resize(m_endpoint.members.size());
 }
 
 Client::~Client() = default;
@@ -386,9 +444,6 @@ struct Call {
 
   Result<json> operator()(const std::string& path, const json& body, Deadline deadline,
                           std::optional<std::size_t> only = std::nullopt) {
-    if (!curl().error.empty()) return std::unexpected(Error{Error::Kind::unavailable, curl().error, false});
-    if (!impl.easy) impl.easy = curl().curl_easy_init();
-    if (!impl.easy) return std::unexpected(Error{Error::Kind::unavailable, "libcurl: cannot start a transfer", false});
     const std::string text = body.dump();
     const std::size_t n = only ? 1 : ep.members.size();
     const std::size_t first = only ? *only : current.load();
@@ -411,14 +466,14 @@ struct Call {
         continue;
       }
       if (sent_before) repeated = true;
-      Attempt a = post(impl.easy, ep, i, path, text, impl.tokens[i], budget);
+      Attempt a = post(impl, ep, i, path, text, impl.tokens[i], budget);
       if (!a.reply && a.error.kind == Error::Kind::auth && impl.tokens[i] &&
           lowered(a.error.message).find("token") != std::string::npos) {
         // A member's token expires (--auth-token-ttl): authenticate again once.
         impl.tokens[i].reset();
         if (auto ok = authenticate(i, deadline, std::max(ms_left(deadline) / 2, std::chrono::milliseconds(1))); !ok)
           return std::unexpected(ok.error());
-        a = post(impl.easy, ep, i, path, text, impl.tokens[i], std::max(ms_left(deadline), std::chrono::milliseconds(1)));
+        a = post(impl, ep, i, path, text, impl.tokens[i], std::max(ms_left(deadline), std::chrono::milliseconds(1)));
       }
       sent_before = sent_before || a.error.maybe_executed || a.reply.has_value();
       if (a.reply) {
@@ -445,7 +500,7 @@ struct Call {
   Result<void> authenticate(std::size_t i, Deadline deadline, std::chrono::milliseconds budget) {
     if (ep.user.empty() || impl.tokens[i]) return {};
     const json body = {{"name", ep.user}, {"password", ep.password.value_or("")}};
-    Attempt a = post(impl.easy, ep, i, "/v3/auth/authenticate", body.dump(), std::nullopt,
+    Attempt a = post(impl, ep, i, "/v3/auth/authenticate", body.dump(), std::nullopt,
                      std::min(budget, std::max(ms_left(deadline), std::chrono::milliseconds(1))));
     if (!a.reply) return std::unexpected(a.error);
     if (a.reply->contains("error") || !a.reply->contains("token"))
@@ -634,62 +689,52 @@ Result<MemberStatus> Client::member_status(std::size_t member, Deadline deadline
   return s;
 }
 
-Result<Client::StreamTarget> Client::stream_target(const std::string& path, Deadline deadline) {
-  std::lock_guard g(m_mutex);
-  if (!curl().error.empty()) return std::unexpected(Error{Error::Kind::unavailable, curl().error, false});
-  if (!m_impl->easy) m_impl->easy = curl().curl_easy_init();
-  const std::size_t i = m_current.load();
+Result<std::optional<std::string>> Client::auth_token(std::size_t member, Deadline deadline, bool renew) {
+  if (m_endpoint.user.empty()) return std::optional<std::string>();
+  // Bounded: the main thread or the renewals may hold the client for a request of theirs.
+  std::unique_lock g(m_mutex, std::defer_lock);
+  if (!g.try_lock_until(std::chrono::steady_clock::now() + time_left(deadline)))
+    return std::unexpected(Error{Error::Kind::timeout, "the client was busy", false});
+  if (renew) m_impl->tokens[member].reset();
   Call call{*m_impl, m_endpoint, m_current, m_repeated};
-  if (auto ok = call.authenticate(i, deadline, ms_left(deadline)); !ok) return std::unexpected(ok.error());
+  if (auto ok = call.authenticate(member, deadline, std::max(ms_left(deadline), std::chrono::milliseconds(1))); !ok)
+    return std::unexpected(ok.error());
+  return m_impl->tokens[member];
+}
+
+Result<Client::StreamTarget> Client::stream_target(const std::string& path, Deadline deadline) {
+  const std::size_t i = m_current.load();
+  auto token = auth_token(i, deadline);
+  if (!token) return std::unexpected(token.error());
   StreamTarget t;
   t.url = member_base(m_endpoint, i) + path;
-  t.headers = {"Content-Type: application/json", "Expect:"};
-  if (m_impl->tokens[i]) t.headers.push_back("Authorization: " + *m_impl->tokens[i]);
+  t.headers = {"Content-Type: application/json"};
+  if (*token) t.headers.push_back("Authorization: " + **token);
   return t;
 }
 
 // ---- Watch
 
 struct Watch::Impl {
-  CURLM* multi = nullptr;
+  UniqueFd wake;  // written by stop()
   std::atomic<bool> stop{false};
-  std::string pending;  // stream bytes not yet a whole line
-  ~Impl() {
-    if (multi) curl().curl_multi_cleanup(multi);
-  }
+  std::atomic<std::int64_t> deleted_revision{0};
+  std::chrono::milliseconds check_every{1000};
+  std::mutex mutex;   // guards `active`
+  int active = -1;    // the socket of the stream being read (stop() shuts it down)
 };
-
-namespace {
-
-struct StreamContext {
-  Watch* watch;
-  std::string* pending;
-  std::function<bool(const json&)> on_message;  // false: stop reading
-};
-
-std::size_t stream_chunk(char* data, std::size_t size, std::size_t n, void* user) {
-  auto* ctx = static_cast<StreamContext*>(user);
-  ctx->pending->append(data, size * n);
-  for (;;) {
-    const auto nl = ctx->pending->find('\n');
-    if (nl == std::string::npos) break;
-    const std::string line = ctx->pending->substr(0, nl);
-    ctx->pending->erase(0, nl + 1);
-    if (line.empty()) continue;
-    json j = json::parse(line, nullptr, false);
-    if (!ctx->on_message(j)) return 0;  // aborts the transfer
-  }
-  return size * n;
-}
-
-}  // namespace
 
 Watch::Watch(Client& client, std::string key, std::int64_t start_revision, std::chrono::milliseconds timeout,
-             std::function<void(State)> on_end)
+             std::function<void(State)> on_end, std::chrono::milliseconds check_every)
     : m_client(client), m_key(std::move(key)), m_start(start_revision), m_timeout(timeout), m_on_end(std::move(on_end)),
       m_fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)), m_impl(std::make_unique<Impl>()) {
   if (!m_fd) throw SystemError("eventfd");
-  if (curl().error.empty()) m_impl->multi = curl().curl_multi_init();
+  m_impl->wake = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!m_impl->wake) throw SystemError("eventfd");
+  if (m_timeout <= std::chrono::milliseconds::zero()) m_timeout = std::chrono::milliseconds(1000);
+  m_impl->check_every = check_every > std::chrono::milliseconds::zero()
+                            ? check_every
+                            : std::min(m_timeout, std::chrono::milliseconds(1000));
   try {
     m_thread = std::thread([this] { run(); });
   } catch (const std::system_error& e) {
@@ -701,7 +746,12 @@ Watch::~Watch() { stop(); }
 
 void Watch::stop() {
   m_impl->stop.store(true);
-  if (m_impl->multi) curl().curl_multi_wakeup(m_impl->multi);
+  std::uint64_t one = 1;
+  [[maybe_unused]] auto n = ::write(m_impl->wake.get(), &one, sizeof one);
+  {
+    std::lock_guard g(m_impl->mutex);
+    if (m_impl->active >= 0) ::shutdown(m_impl->active, SHUT_RDWR);
+  }
   if (m_thread.joinable()) m_thread.join();
 }
 
@@ -709,6 +759,8 @@ std::string Watch::error() const {
   std::lock_guard g(m_mutex);
   return m_error;
 }
+
+std::int64_t Watch::deleted_revision() const { return m_impl->deleted_revision.load(); }
 
 void Watch::finish(State state, std::string error) {
   {
@@ -722,69 +774,219 @@ void Watch::finish(State state, std::string error) {
   if (m_on_end) m_on_end(state);
 }
 
+namespace {
+
+// How one stream (one connection to one member) ended.
+struct StreamEnd {
+  enum class Kind {
+    deleted,   // the key's DELETE arrived
+    canceled,  // etcd canceled the watch (its start revision compacted): final
+    refused,   // the credentials were refused: final
+    broken,    // the member did not answer, or the stream broke: watch through another member
+    moved,     // the client moved to another member: watch through it
+    stopped,   // stop()
+  };
+  Kind kind;
+  std::string error;
+  bool created = false;  // etcd confirmed the watch on this stream
+};
+
+}  // namespace
+
 void Watch::run() {
-  const auto& c = curl();
-  if (!c.error.empty() || !m_impl->multi) return finish(State::failed, c.error.empty() ? "libcurl: no multi handle" : c.error);
-  auto target = m_client.stream_target("/v3/watch", BootClock::now() + m_timeout);
-  if (!target) return finish(State::failed, target.error().message);
-  CURL* easy = c.curl_easy_init();
-  if (!easy) return finish(State::failed, "libcurl: cannot start a transfer");
-  SList headers, connect_to;
-  for (const auto& h : target->headers) headers.add(h);
-  const std::size_t member = m_client.current_member();
-  const json body = {{"create_request", {{"key", b64(m_key)}, {"start_revision", std::to_string(m_start)}}}};
-  const std::string text = body.dump();
-  std::string path = "/v3/watch";
-  set_target(easy, m_client.endpoint(), member, path, connect_to);
-  c.curl_easy_setopt(easy, CURLOPT_HTTPHEADER, headers.list);
-  c.curl_easy_setopt(easy, CURLOPT_POST, 1L);
-  c.curl_easy_setopt(easy, CURLOPT_POSTFIELDS, text.c_str());
-  c.curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE, static_cast<long>(text.size()));
-  c.curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, std::max<long>(1, static_cast<long>(m_timeout.count())));
-  std::string outcome;
-  State ended = State::failed;
-  StreamContext ctx{this, &m_impl->pending, [&](const json& j) {
-                      if (j.is_discarded() || !j.is_object()) {
-                        outcome = "the watch stream is not etcd's JSON";
-                        return false;
-                      }
-                      if (j.contains("error")) {
-                        outcome = "watch: " + j["error"].dump();
-                        return false;
-                      }
-                      const auto& result = j.contains("result") ? j["result"] : j;
-                      if (result.value("canceled", false)) {
-                        outcome = "the watch was canceled: " + result.value("cancel_reason", std::string("compacted"));
-                        return false;
-                      }
-                      if (auto events = result.find("events"); events != result.end() && events->is_array())
-                        for (const auto& e : *events)
-                          if (e.value("type", std::string()) == "DELETE") {
-                            ended = State::deleted;
-                            return false;
-                          }
-                      return true;
-                    }};
-  c.curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, &stream_chunk);
-  c.curl_easy_setopt(easy, CURLOPT_WRITEDATA, &ctx);
-  c.curl_multi_add_handle(m_impl->multi, easy);
-  for (;;) {
-    int running = 0;
-    c.curl_multi_perform(m_impl->multi, &running);
-    int queued = 0;
-    while (CURLMsg* msg = c.curl_multi_info_read(m_impl->multi, &queued)) {
-      if (msg->msg == CURLMSG_DONE && outcome.empty() && ended != State::deleted)
-        outcome = msg->data.result == CURLE_OK ? "the watch stream ended"
-                                               : std::string("watch: ") + c.curl_easy_strerror(msg->data.result);
+  const EtcdEndpoint& ep = m_client.endpoint();
+  const std::size_t members = ep.members.size();
+  std::int64_t last = m_start - 1;  // every event up to this revision was seen
+  std::size_t member = m_client.current_member();
+  std::size_t failures = 0;  // streams in a row that were never confirmed
+  std::string why;
+  bool stale_token = false;  // a stream said the token expired: authenticate again first
+
+  // One stream from member `i`, from `last` + 1 on, until it ends.
+  auto stream = [&](std::size_t i) -> StreamEnd {
+    using Kind = StreamEnd::Kind;
+    const auto opened = BootClock::now();
+    const Deadline open_deadline = opened + m_timeout;
+    const std::size_t client_member = m_client.current_member();
+    std::optional<std::string> token;
+    bool renewed = std::exchange(stale_token, false);
+  again:
+    if (auto t = m_client.auth_token(i, open_deadline, renewed); !t) {
+      if (t.error().kind == Error::Kind::auth) return {Kind::refused, t.error().message};
+      return {Kind::broken, m_client.member_name(i) + ": " + t.error().message};
+    } else {
+      token = *t;
     }
-    if (m_impl->stop.load() || ended == State::deleted || !outcome.empty() || running == 0) break;
-    c.curl_multi_poll(m_impl->multi, nullptr, 0, 1000, nullptr);
+    if (m_impl->stop.load()) return {Kind::stopped, {}};
+    auto conn = connect_member(ep, i, open_deadline);
+    if (!conn) return {Kind::broken, m_client.member_name(i) + ": " + conn.error().message};
+    struct Active {  // stop() may shut the socket down while this stream is read
+      Impl& impl;
+      Active(Impl& im, int fd) : impl(im) {
+        std::lock_guard g(impl.mutex);
+        impl.active = fd;
+      }
+      ~Active() {
+        std::lock_guard g(impl.mutex);
+        impl.active = -1;
+      }
+    } active(*m_impl, (*conn)->fd());
+    if (m_impl->stop.load()) return {Kind::stopped, {}};
+    const json body = {{"create_request",
+                        {{"key", b64(m_key)}, {"start_revision", std::to_string(last + 1)}, {"progress_notify", true}}}};
+    const std::string request = post_request(ep, i, "/v3/watch", body.dump(), token);
+    if (auto w = (*conn)->write_all(request.data(), request.size(), open_deadline); !w)
+      return {Kind::broken, m_client.member_name(i) + ": " + w.error().message};
+
+    // The reply is a chunked stream of JSON messages, one a line.
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(boost::none);
+    std::string lines;
+    auto on_chunk = [&lines](std::uint64_t, beast::string_view data, beast::error_code&) -> std::size_t {
+      lines.append(data.data(), data.size());
+      return data.size();
+    };
+    parser.on_chunk_body(on_chunk);
+    std::string in;
+    ReadEnd head = read_message(**conn, parser, in, open_deadline, true);
+    if (m_impl->stop.load()) return {Kind::stopped, {}};
+    if (!head.ok) {
+      const std::string what = !head.bad_http.empty() ? "not an etcd server (" + head.bad_http + ")"
+                               : head.fault->kind == net::Error::Kind::timeout
+                                   ? "no answer within " + std::to_string(m_timeout.count()) + "ms"
+                                   : head.fault->message;
+      return {Kind::broken, m_client.member_name(i) + ": watch: " + what};
+    }
+    if (parser.get().result_int() != 200) {
+      // An error's JSON (the token expired, say), read within what is left of the time to open.
+      ReadEnd rest = read_message(**conn, parser, in, open_deadline);
+      const std::string text = rest.ok ? parser.get().body() + lines : std::string();
+      const json e = json::parse(text, nullptr, false);
+      const std::string message = e.is_object() && e.contains("error") && e["error"].is_string()
+                                      ? e["error"].get<std::string>()
+                                      : "HTTP " + std::to_string(parser.get().result_int());
+      if (is_auth_message(message) && token && !renewed && lowered(message).find("token") != std::string::npos) {
+        renewed = true;  // a member's token expires (--auth-token-ttl): authenticate again once
+        goto again;
+      }
+      if (is_auth_message(message)) return {Kind::refused, "authentication: " + message};
+      return {Kind::broken, m_client.member_name(i) + ": watch: " + message};
+    }
+
+    StreamEnd end{Kind::broken, {}};
+    // One message: false ends the stream (`end` says why).
+    auto on_message = [&](const std::string& line) -> bool {
+      const json j = json::parse(line, nullptr, false);
+      if (j.is_discarded() || !j.is_object()) {
+        end = {Kind::broken, m_client.member_name(i) + ": the watch stream is not etcd's JSON", end.created};
+        return false;
+      }
+      if (auto e = j.find("error"); e != j.end()) {
+        const std::string message =
+            e->is_object() ? e->value("message", e->dump()) : e->is_string() ? e->get<std::string>() : e->dump();
+        // An expired token (--auth-token-ttl) is told in the stream: the next stream authenticates again.
+        if (is_auth_message(message) && lowered(message).find("token") != std::string::npos) stale_token = true;
+        end = {Kind::broken, m_client.member_name(i) + ": watch: " + message, end.created};
+        return false;
+      }
+      const json& result = j.contains("result") ? j["result"] : j;
+      if (result.value("canceled", false) || i64(result, "compact_revision") > 0) {
+        std::string reason = result.value("cancel_reason", std::string());
+        if (const auto compacted = i64(result, "compact_revision"); compacted > 0)
+          reason = "revision " + std::to_string(last + 1) + " is compacted (compact revision " +
+                   std::to_string(compacted) + ")";
+        end = {Kind::canceled, "the watch was canceled: " + (reason.empty() ? std::string("by etcd") : reason),
+               end.created};
+        return false;
+      }
+      if (result.value("created", false)) {
+        end.created = true;  // its header's revision says nothing of the events still to come
+      } else if (auto h = result.find("header"); h != result.end()) {
+        last = std::max(last, i64(*h, "revision"));
+      }
+      if (auto events = result.find("events"); events != result.end() && events->is_array())
+        for (const auto& e : *events) {
+          const std::int64_t revision = e.contains("kv") ? i64(e["kv"], "mod_revision") : 0;
+          last = std::max(last, revision);
+          if (e.value("type", std::string()) == "DELETE") {
+            m_impl->deleted_revision.store(revision);
+            end = {Kind::deleted, {}, true};
+            return false;
+          }
+        }
+      return true;
+    };
+    auto take_lines = [&]() -> bool {
+      for (;;) {
+        const auto nl = lines.find('\n');
+        if (nl == std::string::npos) return true;
+        std::string line = lines.substr(0, nl);
+        lines.erase(0, nl + 1);
+        if (line.find_first_not_of(" \r\t") == std::string::npos) continue;
+        if (!on_message(line)) return false;
+      }
+    };
+    // A reply with a Content-Length (not a stream): its body is the messages.
+    char buf[16384];
+    for (;;) {
+      if (!take_lines()) return end;
+      if (end.created) failures = 0;
+      if (parser.is_done()) {
+        lines += parser.get().body();
+        parser.get().body().clear();
+        if (!take_lines()) return end;
+        return {Kind::broken, m_client.member_name(i) + ": the watch stream ended", end.created};
+      }
+      if (!(*conn)->has_buffered()) {
+        pollfd p[2] = {{(*conn)->fd(), POLLIN, 0}, {m_impl->wake.get(), POLLIN, 0}};
+        const int n = ::poll(p, 2, static_cast<int>(m_impl->check_every.count()));
+        if (m_impl->stop.load()) return {Kind::stopped, {}};
+        if (n == 0) {
+          // The renewals go through the client: when it left the member it had (and this stream's),
+          // that member stopped answering in time. Watch through the one it uses now.
+          const std::size_t now = m_client.current_member();
+          if (now != client_member && now != i)
+            return {Kind::moved, m_client.member_name(i) + " left for " + m_client.member_name(now), end.created};
+          continue;
+        }
+        if (n < 0) continue;  // EINTR
+      }
+      auto got = (*conn)->read_some(buf, sizeof buf, BootClock::now() + m_timeout);
+      if (m_impl->stop.load()) return {Kind::stopped, {}};
+      if (!got) return {Kind::broken, m_client.member_name(i) + ": watch: " + got.error().message, end.created};
+      in.append(buf, *got);
+      while (!in.empty() && !parser.is_done()) {
+        beast::error_code ec;
+        const std::size_t used = parser.put(boost::asio::const_buffer(in.data(), in.size()), ec);
+        in.erase(0, used);
+        if (ec == http::error::need_more) break;
+        if (ec) return {Kind::broken, m_client.member_name(i) + ": watch: " + ec.message(), end.created};
+        if (used == 0) break;
+      }
+    }
+  };
+
+  while (!m_impl->stop.load()) {
+    StreamEnd end = stream(member);
+    switch (end.kind) {
+      case StreamEnd::Kind::stopped: return;
+      case StreamEnd::Kind::deleted: return finish(State::deleted);
+      case StreamEnd::Kind::canceled:
+      case StreamEnd::Kind::refused: return finish(State::failed, end.error);
+      case StreamEnd::Kind::moved:
+        failures = 0;
+        member = m_client.current_member();
+        continue;
+      case StreamEnd::Kind::broken: break;
+    }
+    why = end.error;
+    if (end.created) failures = 0;
+    if (++failures >= members) return finish(State::failed, why.empty() ? "the watch stream ended" : why);
+    // Another member: the client's, unless that is the one that just failed.
+    const std::size_t now = m_client.current_member();
+    member = now != member ? now : (member + 1) % members;
+    if (m_impl->stop.load()) return;
   }
-  c.curl_multi_remove_handle(m_impl->multi, easy);
-  c.curl_easy_cleanup(easy);
-  if (ended == State::deleted) return finish(State::deleted);
-  if (m_impl->stop.load()) return;
-  finish(State::failed, outcome.empty() ? "the watch stream ended" : outcome);
 }
 
 }  // namespace fencerun::etcd

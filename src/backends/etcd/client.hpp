@@ -1,9 +1,11 @@
 #pragma once
 // The etcd v3 client: the few requests fencerun makes of an etcd cluster (leases, one transaction,
-// ranges, a member's status, any transaction) and the watch of one key, over etcd's JSON gateway (the /v3/ HTTP
-// endpoints every member serves on its client port) with libcurl. libcurl is not linked: it is loaded
-// with dlopen(3) the first time a Client is used, so a run on Redis never loads it. The only place that
-// includes libcurl's or the JSON library's headers is client.cpp.
+// ranges, a member's status, any transaction) and the watch of one key, over etcd's JSON gateway (the
+// /v3/ HTTP endpoints every member serves on its client port). It speaks HTTP/1.1 itself: requests
+// written and replies parsed with Boost.Beast's serializer and parser, over the plain and TLS byte
+// streams of net/ (OpenSSL loaded at the first TLS connection). One keep-alive connection per member
+// serves every request of the run; the watch has its own. The only place that includes Beast's or the
+// JSON library's headers is client.cpp.
 //
 // Every request is bounded by its deadline. The members of the URL are tried in turn: a member that
 // cannot be reached, does not answer in its share of the time left, or has no leader hands the
@@ -151,6 +153,11 @@ class Client {
   // found" may then be the first attempt's doing.
   bool last_request_repeated() const { return m_repeated; }
 
+  // The auth token to send to `member` (nullopt without a user), authenticating first when there is
+  // none yet (`renew`: the one held expired). Waits for the client (another request may be under way)
+  // no longer than `deadline`.
+  Result<std::optional<std::string>> auth_token(std::size_t member, Deadline deadline, bool renew = false);
+
   // For the watch: where to stream from (the current member) and the headers to send (the auth
   // token, authenticating first when needed).
   struct StreamTarget {
@@ -165,17 +172,27 @@ class Client {
   std::unique_ptr<Impl> m_impl;
   std::atomic<std::size_t> m_current{0};
   bool m_repeated = false;
-  std::mutex m_mutex;  // one request at a time (the renewal thread and the main thread share it)
+  std::timed_mutex m_mutex;  // one request at a time (the renewal thread and the main thread share it)
 };
 
-// Watches one key from a revision on, in a thread of its own, until the key is deleted, the stream
-// fails, or stop(). fd() is readable once either happened.
+// Watches one key from a revision on, in a thread of its own and on a connection of its own, until the
+// key is deleted, the watch cannot go on, or stop(). fd() is readable once either happened.
+//
+// The watch follows the cluster: when its stream breaks, or its member stops answering, it is opened
+// again through another member from the last revision seen + 1 (so a deletion made meanwhile is
+// replayed). A member stops answering as far as the watch knows when the client moves away from it
+// (its requests, the renewals among them, go to the next member when one does not answer in time):
+// the watch looks every `check_every` (default: the timeout, at most 1 s). It fails when etcd cancels
+// it (its start revision was compacted: the caller reads the key again), when the credentials are
+// refused, or when every member in turn failed to open it.
 class Watch {
  public:
   enum class State { watching, deleted, failed };
   // `on_end` (optional) is called from the watch's thread when it ends by itself (deleted or failed).
+  // `timeout` bounds the opening of each stream (connect, TLS, the reply's header).
   Watch(Client& client, std::string key, std::int64_t start_revision, std::chrono::milliseconds timeout,
-        std::function<void(State)> on_end = {});
+        std::function<void(State)> on_end = {},
+        std::chrono::milliseconds check_every = std::chrono::milliseconds::zero());
   ~Watch();  // stops
   Watch(const Watch&) = delete;
   Watch& operator=(const Watch&) = delete;
@@ -183,6 +200,8 @@ class Watch {
   int fd() const { return m_fd.get(); }
   State state() const { return m_state.load(); }
   std::string error() const;
+  // The revision of the DELETE that ended the watch (State::deleted), 0 otherwise.
+  std::int64_t deleted_revision() const;
   // Ends the stream at once and joins the thread.
   void stop();
   struct Impl;

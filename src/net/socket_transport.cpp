@@ -22,10 +22,10 @@
 #include <system_error>
 #include <thread>
 
-#include "backends/redis/transport.hpp"
+#include "net/transport.hpp"
 #include "util/fd.hpp"
 
-namespace fencerun::redis {
+namespace fencerun::net {
 namespace {
 
 Error timeout_error(const char* what) { return Error{Error::Kind::timeout, std::string(what) + " timed out"}; }
@@ -91,13 +91,15 @@ class SocketTransport final : public Transport {
     for (;;) {
       ssize_t n = ::recv(m_fd.get(), data, capacity, 0);
       if (n > 0) return static_cast<std::size_t>(n);
-      if (n == 0) return std::unexpected(Error{Error::Kind::connection, "connection closed by server"});
+      if (n == 0) return std::unexpected(Error{Error::Kind::connection, "connection closed by server", false, true});
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
         if (auto ok = wait_for(m_fd.get(), POLLIN, deadline, "read"); !ok) return std::unexpected(ok.error());
         continue;
       }
-      return std::unexpected(errno_error("read", errno));
+      Error e = errno_error("read", errno);
+      e.closed = errno == ECONNRESET;
+      return std::unexpected(std::move(e));
     }
   }
 
@@ -191,14 +193,14 @@ Result<AddrinfoPtr> resolve(const std::string& host, std::uint16_t port, Deadlin
 
 }  // namespace
 
-Result<UniqueFd> connect_socket(const RedisEndpoint& ep, Deadline deadline) {
-  if (ep.transport == RedisEndpoint::Transport::unix_socket) {
+Result<UniqueFd> connect_socket(const Address& ep, Deadline deadline) {
+  if (!ep.unix_path.empty()) {
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
-    if (ep.path.size() >= sizeof addr.sun_path)
-      return std::unexpected(Error{Error::Kind::connection, "socket path too long: " + ep.path});
-    std::memcpy(addr.sun_path, ep.path.c_str(), ep.path.size() + 1);
-    return connect_address(reinterpret_cast<const sockaddr*>(&addr), sizeof addr, AF_UNIX, deadline, ep.path);
+    if (ep.unix_path.size() >= sizeof addr.sun_path)
+      return std::unexpected(Error{Error::Kind::connection, "socket path too long: " + ep.unix_path});
+    std::memcpy(addr.sun_path, ep.unix_path.c_str(), ep.unix_path.size() + 1);
+    return connect_address(reinterpret_cast<const sockaddr*>(&addr), sizeof addr, AF_UNIX, deadline, ep.unix_path);
   }
   std::string where = ep.host + ":" + std::to_string(ep.port);
   // Numeric addresses skip the resolver entirely (the common case, and the fast one).
@@ -226,20 +228,13 @@ Result<UniqueFd> connect_socket(const RedisEndpoint& ep, Deadline deadline) {
   return std::unexpected(last);
 }
 
-Result<std::unique_ptr<Transport>> open_tls_transport(UniqueFd fd, const std::string& host,
-                                                      const TlsSettings& tls, Deadline deadline);
+std::unique_ptr<Transport> plain_transport(UniqueFd fd) { return std::make_unique<SocketTransport>(std::move(fd)); }
 
-Result<std::unique_ptr<Transport>> open_socket_transport(const RedisEndpoint& ep, Deadline deadline) {
-  auto fd = connect_socket(ep, deadline);
+Result<std::unique_ptr<Transport>> open_transport(const Address& address, const TlsOptions* tls, Deadline deadline) {
+  auto fd = connect_socket(address, deadline);
   if (!fd) return std::unexpected(fd.error());
-  return std::unique_ptr<Transport>(new SocketTransport(std::move(*fd)));
+  if (!tls) return plain_transport(std::move(*fd));
+  return open_tls_transport(std::move(*fd), address.host, *tls, deadline);
 }
 
-Result<std::unique_ptr<Transport>> open_transport(const RedisEndpoint& ep, Deadline deadline) {
-  if (ep.transport != RedisEndpoint::Transport::tls) return open_socket_transport(ep, deadline);
-  auto fd = connect_socket(ep, deadline);
-  if (!fd) return std::unexpected(fd.error());
-  return open_tls_transport(std::move(*fd), ep.host, ep.tls, deadline);
-}
-
-}  // namespace fencerun::redis
+}  // namespace fencerun::net

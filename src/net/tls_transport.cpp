@@ -19,10 +19,10 @@
 #include <memory>
 #include <string>
 
-#include "backends/redis/transport.hpp"
+#include "net/transport.hpp"
 #include "util/fd.hpp"
 
-namespace fencerun::redis {
+namespace fencerun::net {
 
 namespace {
 
@@ -40,7 +40,7 @@ constexpr const char* k_libssl = "libssl.so.3";
   X(SSL_CTX_set_default_verify_paths) X(SSL_CTX_load_verify_locations)                                 \
   X(SSL_CTX_use_certificate_chain_file) X(SSL_CTX_use_PrivateKey_file) X(SSL_new) X(SSL_set_fd)        \
   X(SSL_get0_param) X(X509_VERIFY_PARAM_set1_ip_asc) X(X509_VERIFY_PARAM_set1_host) X(SSL_connect)     \
-  X(SSL_get_verify_result) X(X509_verify_cert_error_string)
+  X(SSL_get_verify_result) X(X509_verify_cert_error_string) X(SSL_CTX_set_alpn_protos)
 
 struct OpenSsl {
 #define FENCERUN_DECLARE(name) decltype(&::name) name = nullptr;
@@ -77,8 +77,6 @@ const OpenSsl& openssl() {
 }
 
 }  // namespace
-
-Result<void> wait_for(int fd, short events, Deadline deadline, const char* what);
 
 namespace {
 
@@ -185,9 +183,13 @@ class TlsTransport final : public Transport {
     int err = openssl().SSL_get_error(m_ssl.get(), rc);
     if (err == SSL_ERROR_WANT_READ) return wait_for(m_fd.get(), POLLIN, deadline, what);
     if (err == SSL_ERROR_WANT_WRITE) return wait_for(m_fd.get(), POLLOUT, deadline, what);
-    if (err == SSL_ERROR_ZERO_RETURN) return std::unexpected(Error{Error::Kind::connection, "TLS connection closed by server"});
+    if (err == SSL_ERROR_ZERO_RETURN)
+      return std::unexpected(Error{Error::Kind::connection, "TLS connection closed by server", false, true});
     if (err == SSL_ERROR_SYSCALL && errno != 0)
-      return std::unexpected(Error{Error::Kind::connection, std::string(what) + ": " + std::strerror(errno)});
+      return std::unexpected(
+          Error{Error::Kind::connection, std::string(what) + ": " + std::strerror(errno), false, errno == ECONNRESET});
+    // An end of stream without close_notify (a peer that just closes the socket).
+    if (err == SSL_ERROR_SYSCALL) return std::unexpected(Error{Error::Kind::connection, openssl_error(what), false, true});
     return std::unexpected(Error{Error::Kind::connection, openssl_error(what)});
   }
 
@@ -204,7 +206,8 @@ class TlsTransport final : public Transport {
 }  // namespace
 
 Result<std::unique_ptr<Transport>> open_tls_transport(UniqueFd fd, const std::string& host,
-                                                      const TlsSettings& tls, Deadline deadline) {
+                                                      const TlsOptions& options, Deadline deadline) {
+  const util::TlsSettings& tls = options.settings;
   auto fail = [](std::string message) -> Result<std::unique_ptr<Transport>> {
     return std::unexpected(Error{Error::Kind::connection, std::move(message)});
   };
@@ -226,6 +229,14 @@ Result<std::unique_ptr<Transport>> open_tls_transport(UniqueFd fd, const std::st
     const std::string& key = tls.key_file.empty() ? tls.cert_file : tls.key_file;
     if (openssl().SSL_CTX_use_PrivateKey_file(ctx.get(), key.c_str(), SSL_FILETYPE_PEM) != 1)
       return fail(openssl_error("cannot load client key " + key));
+  }
+  if (!options.alpn.empty()) {
+    // ALPN's wire form: each protocol name preceded by its length.
+    std::string protos(1, static_cast<char>(options.alpn.size()));
+    protos += options.alpn;
+    if (openssl().SSL_CTX_set_alpn_protos(ctx.get(), reinterpret_cast<const unsigned char*>(protos.data()),
+                                          static_cast<unsigned>(protos.size())) != 0)
+      return fail(openssl_error("TLS setup failed (ALPN)"));
   }
   std::unique_ptr<SSL, SslDeleter> ssl(openssl().SSL_new(ctx.get()));
   if (!ssl) return fail(openssl_error("TLS setup failed"));
@@ -255,12 +266,14 @@ Result<std::unique_ptr<Transport>> open_tls_transport(UniqueFd fd, const std::st
     Error e = ok.error();
     if (first.value >= 0 && !first.is_tls_record()) {
       openssl().ERR_clear_error();
-      return fail("the server does not speak TLS on this port: try redis://");
+      return fail("the server does not speak TLS on this port" +
+                  (options.plain_scheme.empty() ? std::string() : ": try " + options.plain_scheme));
     }
-    // A plain redis-server never answers a ClientHello (it takes it for an unfinished inline
+    // A plain server may never answer a ClientHello (redis-server takes it for an unfinished inline
     // command); a TLS server answers at once.
     if (e.kind == Error::Kind::timeout && first.value < 0)
-      e.message += " with no answer from the server: it may not speak TLS on this port (try redis://)";
+      e.message += " with no answer from the server: it may not speak TLS on this port" +
+                   (options.plain_scheme.empty() ? std::string() : " (try " + options.plain_scheme + ")");
     return std::unexpected(std::move(e));
   }
   openssl().BIO_set_callback_ex(rbio, nullptr);
@@ -268,4 +281,4 @@ Result<std::unique_ptr<Transport>> open_tls_transport(UniqueFd fd, const std::st
   return std::unique_ptr<Transport>(std::move(transport));
 }
 
-}  // namespace fencerun::redis
+}  // namespace fencerun::net
