@@ -12,11 +12,14 @@
 //
 // A try: a holder (--ttl 3s or 5s) whose command logs its start and end, with its token and the
 // time, to a shared log and runs until a file appears; 3 waiters (--wait 60s) queued behind it one
-// after another (each once the previous one's key is visible, so that their queue order is known).
+// after another (each once the previous one's key is visible, so that their queue order is known),
+// and a 4th queued during the fault, once the new leader is elected (the old leader's lessor does
+// not know its lease, so it survives the old leader's return).
 // Every run is given a URL whose first member is a follower and whose last one is the leader, so the
 // leases are renewed through a follower (and, the fault once there, through the new leader). The
 // fault: the leader's fdatasync/fsync delayed by strace (a write then blocks it in handling Ready)
-// or the leader frozen, past an election and past the TTL, then undone. What is asserted, per try:
+// or the leader frozen, right after a renewal of the holder's lease, past an election and past the
+// TTL, then undone. What is asserted, per try:
 // no two commands overlap (the end of a command that fencerun stopped, which logs no end, is the
 // last moment its pid was seen alive, polled from here), tokens strictly increase in start order,
 // the waiters start in the order they queued, and every waiter ends with 0. Each try prints whether
@@ -40,7 +43,10 @@
 namespace fencerun::test {
 namespace {
 
-constexpr int k_waiters = 3;
+// Run 0 holds; runs 1-3 queue behind it before the fault, run 4 during it (after the election: its
+// lease is granted by the new leader, unknown to the old leader's lessor). Queue order = run number.
+constexpr int k_waiters = 4;
+constexpr int k_before = 3;
 
 int tries() {
   const char* v = std::getenv("FENCERUN_REVOKE_TRIES");
@@ -102,6 +108,14 @@ std::string command(const std::string& p, int i) {
 }
 
 enum class Fault { slow_disk, freeze };
+
+// fencerun's stderr without its debug lines of renewals.
+std::string without_renewals(const std::string& err) {
+  std::string out;
+  for (const auto& line : split_lines(err))
+    if (line.find("renewed lease") == std::string::npos) out += line + "\n";
+  return out;
+}
 
 std::string lock_name(int k) { return "revoke" + std::to_string(k); }
 
@@ -218,8 +232,11 @@ void EtcdRevokeTest::one_try(int k, Fault fault, std::chrono::seconds ttl, TryOu
   } go{file(p + "go")};
 
   std::vector<std::unique_ptr<FencerunProcess>> runs;
-  for (int i = 0; i <= k_waiters; ++i) {
-    runs.push_back(start(sh_args_url(url, name, command(p, i), opts)));
+  for (int i = 0; i <= k_before; ++i) {
+    // The holder logs each renewal (-vv): the fault starts right after one.
+    auto o_i = opts;
+    if (i == 0) o_i.insert(o_i.begin(), "-vv");
+    runs.push_back(start(sh_args_url(url, name, command(p, i), o_i)));
     if (i == 0) {
       wait_pid(p + "pid-0");
       continue;
@@ -269,11 +286,24 @@ void EtcdRevokeTest::one_try(int k, Fault fault, std::chrono::seconds ttl, TryOu
   } join{watching, watcher};
 
   // The fault, past an election and past the TTL as the old leader counts it.
-  const auto t0 = Clock::now();
   std::unique_ptr<Process> write;
   if (fault == Fault::slow_disk) {
     std::string why;
     if (!stall_disk(l, &why)) GTEST_SKIP() << why;
+  }
+  // Right after a renewal of the holder's lease, so that fencerun has its whole TTL to renew
+  // through the new leader (an election takes 1-2 s).
+  auto renewals = [&] {
+    const std::string e = runs[0]->err();
+    std::size_t n = 0;
+    for (auto at = e.find("renewed lease"); at != std::string::npos; at = e.find("renewed lease", at + 1)) ++n;
+    return n;
+  };
+  const auto n0 = renewals();
+  if (!wait_until([&] { return renewals() > n0; }, ttl, 5ms))
+    o.detail += "no renewal of the holder's lease seen before the fault\n";
+  const auto t0 = Clock::now();
+  if (fault == Fault::slow_disk) {
     // A write through a follower: the leader blocks in fdatasync while handling the Ready.
     write = std::make_unique<Process>(
         std::vector<std::string>{"etcdctl", "--endpoints=" + etcd().client_url(f), "--command-timeout=30s", "put",
@@ -286,6 +316,15 @@ void EtcdRevokeTest::one_try(int k, Fault fault, std::chrono::seconds ttl, TryOu
   o.fault_took = next >= 0;
   if (next >= 0) {
     const auto elected = Clock::now();
+    // The last waiter queues now, its lease granted by the new leader.
+    runs.push_back(start(sh_args_url(url, name, command(p, k_waiters), opts)));
+    if (!wait_until(
+            [&] {
+              auto keys = keys_via(next, wait_prefix(name));
+              return std::ranges::any_of(keys, [&](const std::string& key) { return !std::ranges::count(queued, key); });
+            },
+            10s, 20ms))
+      o.detail += "the waiter queued during the fault wrote no key within 10 s\n";
     // The holder renews through the new leader at least once (a renewal every TTL/3), and the old
     // leader's view of the lease (its last renewal before the fault) runs out; on the slow disk the
     // old leader's lessor retries an unapplied revocation every 3 s: leave it time for one retry.
@@ -411,7 +450,7 @@ void EtcdRevokeTest::one_try(int k, Fault fault, std::chrono::seconds ttl, TryOu
     max_token = std::max(max_token, s.token);
   }
   if (o.holder_rc != 0 || o.overlaps || o.fifo_violations || o.token_problems || o.waiters_failed)
-    o.detail += "holder: " + runs[0]->result().describe() + "\n";
+    o.detail += "holder: exit " + std::to_string(o.holder_rc) + ", stderr but renewals:\n" + without_renewals(herr);
 }
 
 void EtcdRevokeTest::run_tries(Fault fault, std::chrono::seconds ttl, const std::string& what) {
