@@ -85,6 +85,8 @@ struct Section {
 struct TryOutcome {
   bool fault_took = false;     // a new leader was elected among the other two members
   bool revoked_early = false;  // the holder's fencerun found its key gone
+  int waiters_lost_hold = 0;   // waiters that found their key gone while holding
+  int waiters_requeued = 0;    // waiters that had to queue again while waiting (their lease revoked)
   int holder_rc = -1;
   int overlaps = 0;            // a start before the end of an earlier section
   int token_problems = 0;      // a token not greater than every token started before it
@@ -171,6 +173,22 @@ class EtcdRevokeTest : public EtcdTestBase {
     return out;
   }
 
+  // The create revisions of the keys under `prefix` (through member i, or any when -1), ascending:
+  // the queue's order. Empty when the read fails.
+  std::vector<long long> create_revisions(int i, const std::string& prefix) {
+    std::optional<std::string> ep;
+    if (i >= 0) ep = etcd().client_url(i);
+    auto r = etcd().etcdctl({"get", "--prefix", prefix, "-w", "json"}, ep);
+    std::vector<long long> out;
+    auto j = r.exit_code == 0 ? parse_json(r.out) : std::nullopt;
+    const Json* kvs = j ? j->find("kvs") : nullptr;
+    if (!kvs) return out;
+    for (const auto& kv : kvs->items)
+      if (auto rev = json_int_of(kv.find("create_revision"))) out.push_back(*rev);
+    std::ranges::sort(out);
+    return out;
+  }
+
   // strace delaying every fdatasync and fsync of every thread of member i by 60 s. Returns false
   // (and the reason in `why`) when strace cannot attach.
   bool stall_disk(int i, std::string* why) {
@@ -245,6 +263,10 @@ void EtcdRevokeTest::one_try(int k, Fault fault, std::chrono::seconds ttl, TryOu
         << "try " << k << ": waiter " << i << " never wrote its key\n" << runs.back()->result();
   }
   const auto queued = waiters(name);  // :wait/<lease hex>, the holder's first
+  // The revision each run's key was created at, in queue order: a run's token is the lock's base
+  // plus it, unless its lease was revoked and it queued again (a new key, a later revision).
+  auto revs = create_revisions(-1, wait_prefix(name));
+  if (revs.size() != queued.size()) o.detail += "could not read the queue's revisions\n";
 
   // The per-run pids, and the last moment each was seen alive (polled from a thread of its own).
   std::atomic<bool> watching{true};
@@ -325,6 +347,12 @@ void EtcdRevokeTest::one_try(int k, Fault fault, std::chrono::seconds ttl, TryOu
             },
             10s, 20ms))
       o.detail += "the waiter queued during the fault wrote no key within 10 s\n";
+    if (revs.size() == queued.size())
+      for (long long r : create_revisions(next, wait_prefix(name)))
+        if (r > revs.back()) {
+          revs.push_back(r);
+          break;
+        }
     // The holder renews through the new leader at least once (a renewal every TTL/3), and the old
     // leader's view of the lease (its last renewal before the fault) runs out; on the slow disk the
     // old leader's lessor retries an unapplied revocation every 3 s: leave it time for one retry.
@@ -368,10 +396,18 @@ void EtcdRevokeTest::one_try(int k, Fault fault, std::chrono::seconds ttl, TryOu
   watcher.join();
 
   o.holder_rc = runs[0]->exit_code().value_or(-1);
-  // fencerun found the holder's key deleted (by a watch, or a renewal) while its lease should live.
+  // fencerun found its key deleted while holding (by a watch, or a renewal) before its deadline.
+  auto key_deleted = [](const std::string& err) {
+    return err.find("the lock key was deleted") != std::string::npos ||
+           err.find("the lock key is gone") != std::string::npos;
+  };
   const std::string herr = runs[0]->err();
-  o.revoked_early = herr.find("the lock key was deleted") != std::string::npos ||
-                    herr.find("the lock key is gone") != std::string::npos;
+  o.revoked_early = key_deleted(herr);
+  for (std::size_t i = 1; i < runs.size(); ++i)
+    if (key_deleted(runs[i]->err())) {
+      ++o.waiters_lost_hold;
+      o.detail += "waiter " + std::to_string(i) + " lost its key while holding\n";
+    }
   for (int i = 1; i <= k_waiters; ++i)
     if (runs[i]->exit_code() != 0) {
       ++o.waiters_failed;
@@ -399,6 +435,16 @@ void EtcdRevokeTest::one_try(int k, Fault fault, std::chrono::seconds ttl, TryOu
       s.end_ns = ns;
       s.logged_end = true;
     }
+  }
+  // Waiters whose token is not base + their key's revision queued again (their lease revoked).
+  if (by_run.contains(0) && revs.size() > 1) {
+    const long long base = by_run[0].token - revs[0];
+    for (auto& [i, s] : by_run)
+      if (i > 0 && static_cast<std::size_t>(i) < revs.size() && s.start_ns >= 0 && s.token != base + revs[i]) {
+        ++o.waiters_requeued;
+        o.detail += "waiter " + std::to_string(i) + " queued again (token " + std::to_string(s.token) + ", not " +
+                    std::to_string(base + revs[i]) + ")\n";
+      }
   }
   std::vector<Section> sections;
   for (auto& [i, s] : by_run) {
@@ -449,7 +495,7 @@ void EtcdRevokeTest::one_try(int k, Fault fault, std::chrono::seconds ttl, TryOu
     }
     max_token = std::max(max_token, s.token);
   }
-  if (o.holder_rc != 0 || o.overlaps || o.fifo_violations || o.token_problems || o.waiters_failed)
+  if (o.holder_rc != 0 || o.waiters_lost_hold || o.overlaps || o.fifo_violations || o.token_problems || o.waiters_failed)
     o.detail += "holder: exit " + std::to_string(o.holder_rc) + ", stderr but renewals:\n" + without_renewals(herr);
 }
 
@@ -458,13 +504,16 @@ void EtcdRevokeTest::run_tries(Fault fault, std::chrono::seconds ttl, const std:
     if (auto why = strace_missing(); !why.empty()) GTEST_SKIP() << why;
   const int n = tries();
   int revoked = 0, holder_124 = 0, overlaps = 0, tokens = 0, fifo = 0, waiters_failed = 0;
-  int tries_overlap = 0, tries_fifo = 0, done = 0;
+  int tries_overlap = 0, tries_fifo = 0, done = 0, requeued = 0, lost_hold = 0, any_revoked = 0;
   for (int k = 0; k < n; ++k) {
     TryOutcome o;
     one_try(k, fault, ttl, o);
     if (IsSkipped() || HasFatalFailure()) return;
     ++done;
     revoked += o.revoked_early;
+    requeued += o.waiters_requeued;
+    lost_hold += o.waiters_lost_hold;
+    any_revoked += o.revoked_early || o.waiters_requeued || o.waiters_lost_hold;
     holder_124 += o.holder_rc == exit_code::k_lease_lost_default;
     overlaps += o.overlaps;
     tries_overlap += o.overlaps > 0;
@@ -473,7 +522,9 @@ void EtcdRevokeTest::run_tries(Fault fault, std::chrono::seconds ttl, const std:
     tries_fifo += o.fifo_violations > 0;
     waiters_failed += o.waiters_failed;
     std::cout << what << ", try " << k + 1 << "/" << n << ": holder exit " << o.holder_rc
-              << (o.revoked_early ? ", its key revoked early" : ", its key not revoked early") << "; start order "
+              << (o.revoked_early ? ", its key revoked early" : ", its key not revoked early") << "; waiters queued again "
+              << o.waiters_requeued << ", waiters that lost their key while holding " << o.waiters_lost_hold
+              << "; start order "
               << o.order << "; " << o.overlaps << " overlaps, " << o.fifo_violations << " FIFO violations, "
               << o.token_problems << " token regressions, " << o.waiters_failed << " waiters failed\n"
               << o.timeline << o.detail << std::flush;
@@ -488,7 +539,9 @@ void EtcdRevokeTest::run_tries(Fault fault, std::chrono::seconds ttl, const std:
     // Each try on a cluster of its own: the logs of passed tries are not kept.
   }
   std::cout << "SUMMARY " << what << ": " << done << " tries; holder's key revoked early in " << revoked
-            << ", holder stopped (124) in " << holder_124 << "; overlaps " << overlaps << " (in " << tries_overlap
+            << ", holder stopped (124) in " << holder_124 << "; a lease revoked early (holder's key deleted, a waiter "
+            << "queued again or losing its key while holding) in " << any_revoked << " (waiters queued again " << requeued
+            << ", lost their key while holding " << lost_hold << "); overlaps " << overlaps << " (in " << tries_overlap
             << " tries), FIFO violations " << fifo << " (in " << tries_fifo << " tries), token regressions "
             << tokens << ", waiters failed " << waiters_failed << "\n";
 }
