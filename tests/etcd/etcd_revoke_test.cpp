@@ -14,16 +14,20 @@
 // time, to a shared log and runs until a file appears; 3 waiters (--wait 60s) queued behind it one
 // after another (each once the previous one's key is visible, so that their queue order is known),
 // and a 4th queued during the fault, once the new leader is elected (the old leader's lessor does
-// not know its lease, so it survives the old leader's return).
-// Every run is given a URL whose first member is a follower and whose last one is the leader, so the
-// leases are renewed through a follower (and, the fault once there, through the new leader). The
-// fault: the leader's fdatasync/fsync delayed by strace (a write then blocks it in handling Ready)
-// or the leader frozen, right after a renewal of the holder's lease, past an election and past the
-// TTL, then undone. What is asserted, per try:
-// no two commands overlap (the end of a command that fencerun stopped, which logs no end, is the
-// last moment its pid was seen alive, polled from here), tokens strictly increase in start order,
-// the waiters start in the order they queued, and every waiter ends with 0. Each try prints whether
-// the holder's key was revoked early (fencerun logged "the lock key is gone").
+// not know its lease, so it survives the old leader's return). Every run is given a URL whose first
+// member is a follower and whose last one is the leader: the leases are renewed through a follower
+// (and, the fault once there, through the new leader). The fault, right after a renewal of the
+// holder's lease: the leader's fdatasync/fsync delayed by strace (a write then blocks it in handling
+// Ready), or the leader frozen; it lasts past an election and past the TTL, then is undone.
+//
+// Asserted per try: no two commands overlap (the end of a command that fencerun stopped, which logs
+// no end, is the last moment its pid was seen alive, polled from here), tokens strictly increase in
+// start order, the waiters start in the order they queued, and every waiter ends with 0. Each try
+// prints whether the holder's key was revoked early (fencerun logged "the lock key was deleted"),
+// how many waiters queued again (their token is not the one of their first key) and the timeline;
+// each test ends with a SUMMARY line. A try whose holder was stopped before the fault began (no
+// member answered in time: a loaded machine) is no reproduction: queue order and exits are not
+// asserted for it.
 //
 // These tests need strace (slow-disk schedule) and the right to ptrace the etcd members; they skip
 // with the reason when either is missing.
@@ -86,7 +90,7 @@ struct TryOutcome {
   bool fault_took = false;     // a new leader was elected among the other two members
   bool revoked_early = false;  // the holder's fencerun found its key gone
   int waiters_lost_hold = 0;   // waiters that found their key gone while holding
-  int waiters_requeued = 0;    // waiters that had to queue again while waiting (their lease revoked)
+  int waiters_requeued = 0;    // waiters that had to queue again while waiting (their lease gone)
   int holder_rc = -1;
   int overlaps = 0;            // a start before the end of an earlier section
   int token_problems = 0;      // a token not greater than every token started before it
@@ -203,7 +207,8 @@ class EtcdRevokeTest : public EtcdTestBase {
     const bool attached = wait_until(
         [&] { return m_strace->err().find("attached") != std::string::npos || !m_strace->running(); }, 15s, 20ms);
     if (attached && m_strace->running()) return true;
-    *why = "strace could not attach to etcd (pid " + std::to_string(etcd().pid(i)) + "): " + m_strace->result().describe();
+    *why = "strace could not attach to etcd (pid " + std::to_string(etcd().pid(i)) +
+           "): " + m_strace->result().describe();
     stop_strace();
     return false;
   }
@@ -215,8 +220,8 @@ class EtcdRevokeTest : public EtcdTestBase {
     m_strace.reset();
   }
 
-  // Holds the fault until `until`, watching the holder (the fault's length is the point here, not a
-  // synchronisation: the old leader's lessor must see the TTL pass with no renewal).
+  // Holds the fault until `until` (the fault's length is the point here, not a synchronisation: the
+  // old leader's lessor must see the TTL pass with no renewal).
   static void hold_fault(Clock::time_point until) {
     wait_until([&] { return Clock::now() >= until; }, until - Clock::now() + 1s, 50ms);
   }
@@ -349,7 +354,8 @@ void EtcdRevokeTest::one_try(int k, Fault fault, std::chrono::seconds ttl, TryOu
     if (!wait_until(
             [&] {
               auto keys = keys_via(next, wait_prefix(name));
-              return std::ranges::any_of(keys, [&](const std::string& key) { return !std::ranges::count(queued, key); });
+              return std::ranges::any_of(keys,
+                                         [&](const std::string& key) { return !std::ranges::count(queued, key); });
             },
             10s, 20ms))
       o.detail += "the waiter queued during the fault wrote no key within 10 s\n";
@@ -467,7 +473,8 @@ void EtcdRevokeTest::one_try(int k, Fault fault, std::chrono::seconds ttl, TryOu
   for (const auto& s : sections) {
     const long long first = sections.front().start_ns;
     o.timeline += "  run " + std::to_string(s.run) + " token " + std::to_string(s.token) + ": " +
-                  std::to_string((s.start_ns - first) / 1'000'000) + " ms - " + std::to_string((s.end_ns - first) / 1'000'000) +
+                  std::to_string((s.start_ns - first) / 1'000'000) + " ms - " +
+                  std::to_string((s.end_ns - first) / 1'000'000) +
                   " ms" + (s.logged_end ? "" : " (stopped; last seen alive)") + ", exit " +
                   std::to_string(runs[s.run]->exit_code().value_or(-1)) + "\n";
   }
@@ -501,7 +508,8 @@ void EtcdRevokeTest::one_try(int k, Fault fault, std::chrono::seconds ttl, TryOu
     }
     max_token = std::max(max_token, s.token);
   }
-  if (o.holder_rc != 0 || o.waiters_lost_hold || o.overlaps || o.fifo_violations || o.token_problems || o.waiters_failed)
+  if (o.holder_rc != 0 || o.waiters_lost_hold || o.overlaps || o.fifo_violations || o.token_problems ||
+      o.waiters_failed)
     o.detail += "holder: exit " + std::to_string(o.holder_rc) + ", stderr but renewals:\n" + without_renewals(herr);
 }
 
@@ -529,11 +537,11 @@ void EtcdRevokeTest::run_tries(Fault fault, std::chrono::seconds ttl, const std:
     tries_fifo += o.fifo_violations > 0;
     waiters_failed += o.waiters_failed;
     std::cout << what << ", try " << k + 1 << "/" << n
-              << (o.void_reason.empty() ? "" : " (no reproduction: " + o.void_reason + ")") << ": holder exit " << o.holder_rc
-              << (o.revoked_early ? ", its key revoked early" : ", its key not revoked early") << "; waiters queued again (lease gone) "
-              << o.waiters_requeued << ", waiters that lost their key while holding " << o.waiters_lost_hold
-              << "; start order "
-              << o.order << "; " << o.overlaps << " overlaps, " << o.fifo_violations << " FIFO violations, "
+              << (o.void_reason.empty() ? "" : " (no reproduction: " + o.void_reason + ")") << ": holder exit "
+              << o.holder_rc << (o.revoked_early ? ", its key revoked early" : ", its key not revoked early")
+              << "; waiters queued again (lease gone) " << o.waiters_requeued
+              << ", waiters that lost their key while holding " << o.waiters_lost_hold << "; start order " << o.order
+              << "; " << o.overlaps << " overlaps, " << o.fifo_violations << " FIFO violations, "
               << o.token_problems << " token regressions, " << o.waiters_failed << " waiters failed\n"
               << o.timeline << o.detail << std::flush;
     EXPECT_EQ(o.overlaps, 0) << "try " << k + 1 << ": commands overlapped\n" << o.detail;
@@ -546,12 +554,12 @@ void EtcdRevokeTest::run_tries(Fault fault, std::chrono::seconds ttl, const std:
     EXPECT_EQ(o.sections, k_waiters + 1) << "try " << k + 1 << ": runs that never started\n" << o.detail;
     EXPECT_TRUE(::testing::Test::HasFailure() || nothing_left(lock_name(k), 15s));
     stop_strace();
-    // Each try on a cluster of its own: the logs of passed tries are not kept.
   }
   std::cout << "SUMMARY " << what << ": " << done << " tries (" << void_tries
             << " no reproduction: the holder stopped before the fault); holder's key revoked early in " << revoked
             << ", holder stopped (124) in " << holder_124 << "; a lease revoked early (holder's key deleted, a waiter "
-            << "queued again as its lease was gone, or losing its key while holding) in " << any_revoked << " (waiters queued again " << requeued
+            << "queued again as its lease was gone, or losing its key while holding) in " << any_revoked
+            << " (waiters queued again " << requeued
             << ", lost their key while holding " << lost_hold << "); overlaps " << overlaps << " (in " << tries_overlap
             << " tries), FIFO violations " << fifo << " (in " << tries_fifo << " tries), token regressions "
             << tokens << ", waiters failed " << waiters_failed << "\n";
