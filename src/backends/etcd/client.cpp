@@ -615,8 +615,25 @@ Result<Enqueued> Client::enqueue(const std::string& key, const std::string& valu
 
 namespace {
 
+json compare_json(const Compare& c) {
+  const bool create = c.target == Compare::Target::create_revision;
+  json j = {{"target", create ? "CREATE" : "MOD"},
+            {"result", c.not_equal ? "NOT_EQUAL" : "EQUAL"},
+            {"key", b64(c.key)},
+            {create ? "create_revision" : "mod_revision", std::to_string(c.revision)}};
+  if (!c.range_end.empty()) j["range_end"] = b64(c.range_end);
+  return j;
+}
+
 json op_json(const Op& op) {
   switch (op.kind) {
+    case Op::Kind::txn: {
+      json compare = json::array(), success = json::array(), failure = json::array();
+      for (const auto& c : op.txn->compare) compare.push_back(compare_json(c));
+      for (const auto& o : op.txn->success) success.push_back(op_json(o));
+      for (const auto& o : op.txn->failure) failure.push_back(op_json(o));
+      return {{"request_txn", {{"compare", compare}, {"success", success}, {"failure", failure}}}};
+    }
     case Op::Kind::put: {
       json put = {{"key", b64(op.key)}, {"value", b64(op.value)}};
       if (op.lease != 0) put["lease"] = std::to_string(op.lease);
@@ -632,13 +649,7 @@ json op_json(const Op& op) {
 
 Result<TxnResult> Client::txn(const TxnRequest& request, Deadline deadline) {
   json compare = json::array();
-  for (const auto& c : request.compare) {
-    const bool create = c.target == Compare::Target::create_revision;
-    compare.push_back({{"target", create ? "CREATE" : "MOD"},
-                       {"result", "EQUAL"},
-                       {"key", b64(c.key)},
-                       {create ? "create_revision" : "mod_revision", std::to_string(c.revision)}});
-  }
+  for (const auto& c : request.compare) compare.push_back(compare_json(c));
   json success = json::array(), failure = json::array();
   for (const auto& op : request.success) success.push_back(op_json(op));
   for (const auto& op : request.failure) failure.push_back(op_json(op));

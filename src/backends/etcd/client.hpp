@@ -79,28 +79,37 @@ struct Enqueued {
 // A general transaction (txn_ops): compares, then one branch of puts, deletes and ranges.
 struct Compare {
   enum class Target { create_revision, mod_revision };
+  Compare(std::string key_, Target target_, std::int64_t revision_, bool not_equal_ = false,
+          std::string range_end_ = {})
+      : key(std::move(key_)), target(target_), revision(revision_), not_equal(not_equal_),
+        range_end(std::move(range_end_)) {}
   std::string key;
   Target target = Target::mod_revision;
   std::int64_t revision = 0;  // equal to it (0: the key does not exist)
+  bool not_equal = false;     // the key's revision differs from `revision` (0: the key exists)
+  std::string range_end;      // every key in [key, range_end) compares so (none there: as one missing key)
 };
+struct TxnRequest;
 struct Op {
-  enum class Kind { put, remove, range };
+  enum class Kind { put, remove, range, txn };
   Kind kind = Kind::range;
   std::string key;
   std::string value;       // put
   std::int64_t lease = 0;  // put: attached to this lease (0: none)
   RangeRequest range;      // range
+  std::shared_ptr<const TxnRequest> txn;  // txn: nested, its compares read before any op is applied
 };
 inline Op put_op(std::string key, std::string value, std::int64_t lease = 0) {
-  return {Op::Kind::put, std::move(key), std::move(value), lease, {}};
+  return {Op::Kind::put, std::move(key), std::move(value), lease, {}, {}};
 }
-inline Op remove_op(std::string key) { return {Op::Kind::remove, std::move(key), {}, 0, {}}; }
-inline Op range_op(RangeRequest r) { return {Op::Kind::range, {}, {}, 0, std::move(r)}; }
+inline Op remove_op(std::string key) { return {Op::Kind::remove, std::move(key), {}, 0, {}, {}}; }
+inline Op range_op(RangeRequest r) { return {Op::Kind::range, {}, {}, 0, std::move(r), {}}; }
 struct TxnRequest {
   std::vector<Compare> compare;
   std::vector<Op> success;
   std::vector<Op> failure;
 };
+inline Op txn_op(TxnRequest t) { return {Op::Kind::txn, {}, {}, 0, {}, std::make_shared<const TxnRequest>(std::move(t))}; }
 struct TxnResult {
   bool succeeded = false;
   bool lease_missing = false;  // a put named a lease that is gone: nothing was applied

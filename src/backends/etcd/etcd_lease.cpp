@@ -212,8 +212,11 @@ class EtcdRecords {
     for (const auto& k : keys)
       if (k.now && k.now->lease != 0 && std::ranges::find(old_leases, k.now->lease) == old_leases.end())
         old_leases.push_back(k.now->lease);
+    // `run` carries no lease (it must outlive a holder whose lease is revoked; a release deletes it);
+    // `ok` and `runs` go onto the records' lease.
     bool puts = false;
-    for (const auto& k : keys) puts = puts || (k.write && *k.write);
+    for (const auto& k : keys)
+      if (&k.name != &m_keys.run) puts = puts || (k.write && *k.write);
     // The lease is kept alive only by a write of `runs` (a release), at most every quarter of its TTL.
     const bool writes_runs = w.runs && *w.runs;
     const auto stamp = kept_stamp(s.runs);
@@ -239,11 +242,12 @@ class EtcdRecords {
     if (own_create > 0)
       t.compare.push_back({own_key, etcd::Compare::Target::create_revision, own_create});
     for (const auto& k : written) {
+      const bool leased = &k.name != &m_keys.run;
       t.compare.push_back({k.name, etcd::Compare::Target::mod_revision, k.now ? k.now->mod_revision : 0});
       if (k.write) {
-        if (*k.write) t.success.push_back(etcd::put_op(k.name, **k.write, lease));
+        if (*k.write) t.success.push_back(etcd::put_op(k.name, **k.write, leased ? lease : 0));
         else if (k.now) t.success.push_back(etcd::remove_op(k.name));
-      } else if (k.now && puts && k.now->lease != lease) {
+      } else if (leased && k.now && puts && k.now->lease != lease) {
         t.success.push_back(etcd::put_op(k.name, k.now->value, lease));  // onto the records' lease
       }
     }
@@ -272,9 +276,9 @@ class EtcdRecords {
         const auto& k = written[i];
         if (k.write) {
           if (*k.write) *into[i] = KeyValue{k.name, **k.write, k.now ? k.now->create_revision : r->revision,
-                                            r->revision, lease};
+                                            r->revision, i == 0 ? 0 : lease};
           else into[i]->reset();
-        } else if (k.now && puts && k.now->lease != lease) {
+        } else if (i != 0 && k.now && puts && k.now->lease != lease) {
           (*into[i])->mod_revision = r->revision;
           (*into[i])->lease = lease;
         }
@@ -538,10 +542,10 @@ struct Look {
 
 // The greatest token the record shows as issued: the run in progress's, the records kept, the last
 // success's.
-std::uint64_t last_recorded_token(const Look& l) {
+std::uint64_t last_recorded_token(const Look& l, std::string_view own_owner) {
   std::uint64_t last = 0;
   if (l.run)
-    if (auto run = parse_run(l.run->value))
+    if (auto run = parse_run(l.run->value); run && run->owner != own_owner)  // not this run's own commit
       if (auto t = parse_u64(run->token)) last = std::max(last, *t);
   if (l.runs)  // every record kept (a paused holder's late record may come first)
     for (const auto& record : etcd_run_records(l.runs->value))
@@ -631,8 +635,12 @@ class EtcdLease final : public Lease {
     lease::log_skipped(m_request.lock, *m_request.min_interval, skipped.last_success, skipped.now_us);
   }
 
-  // One transaction: `put` (when given: only if the key is not there yet) and the lock read back.
-  Result<std::optional<Look>> read_lock(const std::string& own_key, const std::optional<etcd::Op>& put, Deadline bound);
+  // One transaction: `put` (when given: only if the key is not there yet) and the lock read back;
+  // `commit`: with the put, the commit of an uncontended run (`run` put when nobody is queued).
+  Result<std::optional<Look>> read_lock(const std::string& own_key, const std::optional<etcd::Op>& put, Deadline bound,
+                                        bool commit = false);
+  // `run`'s value for this run: "OWNER START_US TOKEN PID HOST VERSION TTL_MS".
+  std::string run_value(std::uint64_t start_us, const std::string& token) const;
   // Grants a lease and puts this run's key (with its ticket) in the queue, reading the lock back.
   Result<void> enqueue(Queued& q, const LeaseSchedule& schedule);
   // A queued run's lease kept alive now, and the lock read again.
@@ -657,7 +665,7 @@ class EtcdLease final : public Lease {
 };
 
 Result<std::optional<Look>> EtcdLease::read_lock(const std::string& own_key, const std::optional<etcd::Op>& put,
-                                                 Deadline bound) {
+                                                 Deadline bound, bool commit) {
   etcd::TxnRequest t;
   const std::vector<etcd::Op> reads = {
       etcd::range_op({m_keys.prefix, etcd::prefix_end(m_keys.prefix), etcd::Sort::create_ascending, 0, 0}),
@@ -668,13 +676,25 @@ Result<std::optional<Look>> EtcdLease::read_lock(const std::string& own_key, con
     // Already there: an earlier attempt of this request ran (its answer was lost).
     t.compare.push_back({own_key, etcd::Compare::Target::create_revision, 0});
     t.success.push_back(*put);
+    if (commit) {
+      // The uncontended run commits in the same transaction (step 2's commit, see etcd_lease.hpp):
+      // `run` put when, before this transaction, the queue was empty, no run was in progress and the
+      // base existed. Its token is written as '=': the base plus `run`'s own mod_revision, which is
+      // this transaction's revision, its key's create_revision.
+      etcd::TxnRequest c;
+      c.compare = {{m_keys.prefix, etcd::Compare::Target::create_revision, 0, false, etcd::prefix_end(m_keys.prefix)},
+                   {m_keys.run, etcd::Compare::Target::create_revision, 0},
+                   {m_keys.base, etcd::Compare::Target::create_revision, 0, true}};
+      c.success = {etcd::put_op(m_keys.run, run_value(wall_us(), "="))};
+      t.success.push_back(etcd::txn_op(std::move(c)));
+    }
   }
   t.success.insert(t.success.end(), reads.begin(), reads.end());
   if (put) t.failure = reads;
   auto r = m_client.txn(t, bound);
   if (!r) return std::unexpected(r.error());
   if (r->lease_missing) return std::optional<Look>();  // the lease the key was put on is gone
-  const std::size_t off = put && r->succeeded ? 1 : 0;
+  const std::size_t off = put && r->succeeded ? (commit ? 2 : 1) : 0;
   if (r->ranges.size() != off + reads.size() || !r->ranges[off])
     return std::unexpected(Error{Error::Kind::protocol, "unexpected transaction answer: a range is missing", true});
   Look l;
@@ -686,7 +706,21 @@ Result<std::optional<Look>> EtcdLease::read_lock(const std::string& own_key, con
     const auto& range = r->ranges[off + 1 + i];
     if (range && !range->kvs.empty()) *into[i] = range->kvs.front();
   }
+  // A token written as '=' (a commit in the queueing transaction) is the base plus `run`'s revision.
+  if (l.run && l.base)
+    if (auto run = parse_run(l.run->value); run && run->token == "=")
+      if (auto base = parse_u64(l.base->value)) {
+        run->token = std::to_string(*base + static_cast<std::uint64_t>(l.run->mod_revision));
+        l.run->value = run->owner + " " + run->start + " " + run->token + " " + run->pid + " " + run->host + " " +
+                       run->version + (run->ttl_ms ? " " + std::to_string(*run->ttl_ms) : "");
+      }
   return std::optional<Look>(std::move(l));
+}
+
+std::string EtcdLease::run_value(std::uint64_t start_us, const std::string& token) const {
+  return m_request.owner + " " + std::to_string(start_us) + " " + token + " " + std::to_string(m_request.pid) + " " +
+         (m_request.host.empty() ? "-" : m_request.host) + " " + (m_request.version.empty() ? "-" : m_request.version) +
+         " " + std::to_string(m_request.timing.ttl.count());
 }
 
 Result<EtcdLease::Began> EtcdLease::begin_run(const Queued& q, std::uint64_t token, Skipped& skipped) {
@@ -727,13 +761,7 @@ Result<EtcdLease::Began> EtcdLease::begin_run(const Queued& q, std::uint64_t tok
       skipped = Skipped{s->ok->value, now_us};
     }
   }
-  if (!skip) {
-    w.run = std::optional<std::string>(m_request.owner + " " + std::to_string(now_us) + " " + token_text + " " +
-                                       std::to_string(m_request.pid) + " " +
-                                       (m_request.host.empty() ? "-" : m_request.host) + " " +
-                                       (m_request.version.empty() ? "-" : m_request.version) + " " +
-                                       std::to_string(m_request.timing.ttl.count()));
-  }
+  if (!skip) w.run = std::optional<std::string>(run_value(now_us, token_text));
   RecordState after;
   auto wrote = m_records.write(*s, q.own.create_revision, q.key, w, &after);
   if (!wrote) return std::unexpected(wrote.error());
@@ -762,7 +790,10 @@ Result<void> EtcdLease::enqueue(Queued& q, const LeaseSchedule& schedule) {
   }
   q.key = m_keys.key(q.lease);
   QueueValue v{m_request.owner, m_request.pid, m_request.host, m_request.timing.ttl.count(), q.ticket};
-  auto look = read_lock(q.key, etcd::put_op(q.key, queue_value(v), q.lease), bound);
+  // The commit joins the queueing transaction only where nothing needs a look first: no
+  // --min-interval check, no place kept from a revocation.
+  const bool commit = !m_request.min_interval && q.ticket == 0 && !q.saw_revocation;
+  auto look = read_lock(q.key, etcd::put_op(q.key, queue_value(v), q.lease), bound, commit);
   if (!look) {
     leave(q);
     return std::unexpected(look.error());
@@ -927,7 +958,7 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> EtcdLease::acquire(Waiter
     // nobody when nothing was revoked.
     std::optional<Deadline> settle_until;
     {
-      const std::uint64_t last = last_recorded_token(l);
+      const std::uint64_t last = last_recorded_token(l, m_request.owner);
       const Deadline now = BootClock::now();
       std::vector<Queued::Ahead> kept;
       for (auto& a : q.was_ahead) {
@@ -967,7 +998,14 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> EtcdLease::acquire(Waiter
       // First: the token must be above every one issued before (a key that came back to its place has
       // an older revision than the holders it now follows): put the key again when it is not.
       const std::uint64_t token = q.base + static_cast<std::uint64_t>(q.own.create_revision);
-      if (const auto last = last_recorded_token(l); token <= last) {
+      if (const auto last = last_recorded_token(l, m_request.owner); token <= last) {
+        // A run put by the queueing transaction's commit is this key's, which goes: take it back.
+        if (run && run->owner == m_request.owner) {
+          etcd::TxnRequest t;
+          t.compare = {{m_keys.run, etcd::Compare::Target::mod_revision, l.run->mod_revision}};
+          t.success = {etcd::remove_op(m_keys.run)};
+          [[maybe_unused]] auto dropped = m_client.txn(t, BootClock::now() + timeout);
+        }
         // A key put after every recorded holder's has a greater revision, unless the cluster's
         // revisions went back (a restore from a backup, etcd#17780): then no token is safe to issue.
         if (q.put_again) {

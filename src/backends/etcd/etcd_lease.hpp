@@ -38,9 +38,10 @@
 // there) and the three keys' mod_revision as read: the --min-interval check and the write of `run` are
 // one such transaction, so two hosts never both pass it.
 //
-// An uncontended run makes five requests: LeaseGrant; one transaction that puts the key and reads the
-// queue, the base and the record; one that puts `run`; after the command, one that writes the record;
-// LeaseRevoke.
+// An uncontended run makes four requests: LeaseGrant; one transaction that puts the key, reads the
+// queue, the base and the record, and (nested, when nobody was queued and no run was in progress)
+// puts `run`; after the command, one that writes the record; LeaseRevoke. `run` carries no lease: it
+// must outlive a holder whose lease was revoked; a release deletes it.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
