@@ -25,9 +25,9 @@
 // overrides it), and waits until the server expires it or the vanished holder closes its run (it does
 // once its whole job is gone). Timed by the server's lease, one clock for every host.
 //
-// The record of runs (run_record.hpp), beside the lock, attached to one etcd lease of --records-ttl
-// (kept alive by a release at most every quarter of that TTL, when the stamp "#kept US TTL_S" that heads
-// `runs` says so; a NAME unused that long leaves nothing):
+// The record of runs (run_record.hpp), beside the lock; `ok` and `runs` attached to one etcd lease of
+// --records-ttl (kept alive by a release at most every quarter of that TTL, when the stamp
+// "#kept US TTL_S" that heads `runs` says so; a NAME unused that long leaves nothing), `run` to none:
 //
 //   <prefix>{NAME}:run    the run in progress: "OWNER START_US TOKEN PID HOST VERSION TTL_MS"
 //   <prefix>{NAME}:ok     the last successful run's record
