@@ -542,6 +542,21 @@ struct Look {
 
 // The greatest token the record shows as issued: the run in progress's, the records kept, the last
 // success's.
+// Every token the record shows as issued (the run in progress's but this run's own, the records kept,
+// the last success's).
+std::vector<std::uint64_t> recorded_tokens(const Look& l, std::string_view own_owner) {
+  std::vector<std::uint64_t> out;
+  if (l.run)
+    if (auto run = parse_run(l.run->value); run && run->owner != own_owner)
+      if (auto t = parse_u64(run->token)) out.push_back(*t);
+  if (l.runs)
+    for (const auto& record : etcd_run_records(l.runs->value))
+      if (auto r = parse_run_record(record); r && r->token) out.push_back(*r->token);
+  if (l.ok)
+    if (auto r = parse_run_record(l.ok->value); r && r->token) out.push_back(*r->token);
+  return out;
+}
+
 std::uint64_t last_recorded_token(const Look& l, std::string_view own_owner) {
   std::uint64_t last = 0;
   if (l.run)
@@ -958,7 +973,9 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> EtcdLease::acquire(Waiter
     // nobody when nothing was revoked.
     std::optional<Deadline> settle_until;
     {
-      const std::uint64_t last = last_recorded_token(l, m_request.owner);
+      // A key ahead ran when its token is in the record (not merely below a recorded one: a waiter
+      // that came back keeps an old place but gets a new token).
+      const auto recorded = recorded_tokens(l, m_request.owner);
       const Deadline now = BootClock::now();
       std::vector<Queued::Ahead> kept;
       for (auto& a : q.was_ahead) {
@@ -966,7 +983,8 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> EtcdLease::acquire(Waiter
         const bool back = std::ranges::any_of(l.queue, [&](const KeyValue& kv) {
           return kv.key != q.key && etcd_queue_order(kv) == place;
         });
-        const bool ran = q.base + static_cast<std::uint64_t>(a.kv.create_revision) <= last;
+        const bool ran =
+            std::ranges::find(recorded, q.base + static_cast<std::uint64_t>(a.kv.create_revision)) != recorded.end();
         if (back || ran) continue;
         if (!a.missing_until) a.missing_until = now + m_request.timing.renew + timeout;
         if (now >= *a.missing_until) continue;  // not coming back: it left
