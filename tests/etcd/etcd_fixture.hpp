@@ -386,7 +386,11 @@ class EtcdTestBase : public ::testing::Test {
     if (ok) return ::testing::AssertionSuccess();
     std::string s;
     for (auto& x : k) s += " key " + x;
-    for (auto& x : l) s += " lease " + x;
+    for (auto& x : l) {
+      // Its time to live and keys, to tell a lease that is running out from one left for good.
+      auto t = etcd().etcdctl({"lease", "timetolive", x, "--keys"});
+      s += " lease " + x + " (" + trim(t.out) + ")";
+    }
     return ::testing::AssertionFailure() << "left behind in etcd for lock " << name << ":" << s;
   }
 
