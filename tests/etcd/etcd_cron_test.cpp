@@ -250,6 +250,8 @@ TEST_F(EtcdCronTest, RecordsExpire) {
   ASSERT_EQ(job("c-ttl", "true", {"--min-interval", "3s"}).exit_code, 0);  // the default TTL, 720h
   ASSERT_EQ(record_leases().size(), 1u);
   const std::string long_lease = record_leases().front();
+  // The records' lease has NAME's own id (the same on every host), one per TTL.
+  EXPECT_EQ(bare_hex(long_lease), records_lease("c-ttl", 720 * 3600));
   ASSERT_EQ(job("c-ttl", "exit 2", {"--records-ttl", "3s"}).exit_code, 2);
   ASSERT_EQ(job("c-ttl", "true", {"--records-ttl", "3s"}).exit_code, 0);
   const auto keys = etcd().keys(lock_prefix("c-ttl"));
@@ -259,6 +261,7 @@ TEST_F(EtcdCronTest, RecordsExpire) {
   const auto now = record_leases();
   ASSERT_EQ(now.size(), 1u);
   EXPECT_NE(now.front(), long_lease);
+  EXPECT_EQ(bare_hex(now.front()), records_lease("c-ttl", 3));
   EXPECT_FALSE(lease_keys(long_lease).has_value()) << "the 720h lease was not revoked";
   EXPECT_EQ(history("c-ttl").size(), 3u);
   std::vector<std::string> left;

@@ -9,6 +9,7 @@
 #include "backends/etcd/client.hpp"
 #include "backends/etcd/url.hpp"
 #include "backends/etcd/etcd_lease.hpp"
+#include "backends/etcd/records_lease_id.hpp"
 #include "util/error.hpp"
 
 using fencerun::etcd::parse_etcd_url;
@@ -148,4 +149,16 @@ TEST(etcd_config, refuses_what_etcd_cannot_honour) {
   o = etcd_run();
   o.redis_urls = {"etcd://a:1", "etcd://b:1", "etcd://c:1"};
   EXPECT_NE(usage_error(o).find("one cluster"), std::string::npos);
+}
+
+// The records' lease id is part of the format every host of a fleet shares: it must never change.
+TEST(etcd_records_lease_id, is_stable_positive_and_per_name_and_ttl) {
+  using fencerun::lease::etcd_records_lease_id;
+  const auto a = etcd_records_lease_id("fencerun:{nightly}:runs", 2592000);
+  EXPECT_EQ(a, etcd_records_lease_id("fencerun:{nightly}:runs", 2592000));
+  EXPECT_GT(a, 0);
+  EXPECT_NE(a, etcd_records_lease_id("fencerun:{nightly}:runs", 3));
+  EXPECT_NE(a, etcd_records_lease_id("fencerun:{hourly}:runs", 2592000));
+  // FNV-1a 64 of "fencerun:{nightly}:runs 2592000", top bit cleared.
+  EXPECT_EQ(a, 0x661943150706d9c2LL);
 }

@@ -514,11 +514,16 @@ bool not_found(const json& j) { return j.contains("error") && i64(j, "code") == 
 
 }  // namespace
 
-Result<Grant> Client::grant(std::int64_t ttl_seconds, Deadline deadline) {
+Result<Grant> Client::grant(std::int64_t ttl_seconds, Deadline deadline, std::int64_t id) {
   std::lock_guard g(m_mutex);
-  auto r = Call{*m_impl, m_endpoint, m_current, m_repeated}("/v3/lease/grant",
-                                                            {{"TTL", std::to_string(ttl_seconds)}}, deadline);
-  if (!r) return std::unexpected(r.error());
+  json body = {{"TTL", std::to_string(ttl_seconds)}};
+  if (id != 0) body["ID"] = std::to_string(id);
+  auto r = Call{*m_impl, m_endpoint, m_current, m_repeated}("/v3/lease/grant", body, deadline);
+  if (!r) {
+    // A request of an earlier member that timed out may have granted it: the id is ours either way.
+    if (id != 0 && r.error().message.find("lease already exists") != std::string::npos) return Grant{id, 0, true};
+    return std::unexpected(r.error());
+  }
   if (r->contains("error") || i64(*r, "ID") == 0)
     return std::unexpected(Error{Error::Kind::protocol, "the lease was not granted: " + r->dump(), true});
   return Grant{i64(*r, "ID"), i64(*r, "TTL")};

@@ -64,7 +64,8 @@ inline RangeRequest single(std::string key) {
 
 struct Grant {
   std::int64_t id = 0;
-  std::int64_t ttl = 0;  // as granted (etcd raises a TTL below its minimum)
+  std::int64_t ttl = 0;  // as granted (etcd raises a TTL below its minimum); 0 when `existed`
+  bool existed = false;  // a lease of the id asked already existed (granted by an earlier request)
 };
 
 // What enqueue() did: the caller's key (created now, or found from an earlier attempt of the same
@@ -135,7 +136,8 @@ class Client {
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
-  Result<Grant> grant(std::int64_t ttl_seconds, Deadline deadline);
+  // `id` 0: etcd chooses the id; else that id (existed: a lease of that id is there already).
+  Result<Grant> grant(std::int64_t ttl_seconds, Deadline deadline, std::int64_t id = 0);
   // LeaseKeepAlive, one round: the lease's TTL, or nullopt when the lease is gone.
   Result<std::optional<std::int64_t>> keep_alive(std::int64_t lease, Deadline deadline);
   // false: there was no such lease (expired, revoked).

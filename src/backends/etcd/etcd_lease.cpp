@@ -17,6 +17,7 @@
 #include <memory>
 
 #include "backends/etcd/client.hpp"
+#include "backends/etcd/records_lease_id.hpp"
 #include "lease/keeper.hpp"
 #include "log/log.hpp"
 #include "util/duration.hpp"
@@ -288,12 +289,9 @@ class EtcdRecords {
     return true;
   }
 
-  // A lease granted for a write that did not happen holds nothing: revoke it.
-  void drop_unused() {
-    if (m_granted == 0) return;
-    [[maybe_unused]] auto revoked = m_client.revoke(m_granted, bound());
-    m_granted = 0;
-  }
+  // A lease granted for a write that did not happen is left to the next write of NAME: its id is
+  // NAME's own, and another run may have put its record on it meanwhile.
+  void drop_unused() { m_granted = 0; }
 
  private:
   Deadline bound() const { return BootClock::now() + m_request.request_timeout; }
@@ -319,8 +317,22 @@ class EtcdRecords {
       }
     }
     if (m_granted == 0) {
-      auto g = m_client.grant(m_ttl_s, bound());
+      // The records' lease has an id of its own (etcd_records_lease_id): a grant that timed out here
+      // but was applied later leaves no second lease, only the one the next write of NAME takes.
+      const std::int64_t id = etcd_records_lease_id(m_keys.runs, m_ttl_s);
+      auto g = m_client.grant(m_ttl_s, bound(), id);
       if (!g) return std::unexpected(g.error());
+      if (g->existed) {
+        auto ttl = m_client.keep_alive(id, bound());
+        if (!ttl) return std::unexpected(ttl.error());
+        if (!*ttl) {  // ran out meanwhile
+          g = m_client.grant(m_ttl_s, bound(), id);
+          if (!g) return std::unexpected(g.error());
+          if (g->existed) return std::unexpected(Error{Error::Kind::busy, "the records' lease kept changing", true});
+        } else {
+          g->ttl = **ttl;
+        }
+      }
       m_granted = g->id;
       m_granted_ttl = g->ttl;
     }
