@@ -12,7 +12,7 @@ __fencerun_takes_value()
             --conflict-exit-code | --lease-lost-exit-code | --timeout | --key-prefix | --log-format | \
             --metrics-file | --min-replicas | --replica-timeout | --limit | --tls-ca-file | --tls-cert | \
             --tls-key | --tls-server-name | --token | --resource | --owner | --above | --min-interval | \
-            --lock-delay | --skip-exit-code | --records-ttl | --keep-runs | -n | --count)
+            --every | --slot-offset | --lock-delay | --skip-exit-code | --records-ttl | --keep-runs | -n | --count)
             return 0
             ;;
     esac
@@ -87,7 +87,8 @@ _fencerun()
             ;;
         -t | --ttl | --renew | --grace | --timeout | -E | --conflict-exit-code | \
             --lease-lost-exit-code | --key-prefix | --min-replicas | --replica-timeout | --owner | --above | \
-            --min-interval | --lock-delay | --skip-exit-code | --records-ttl | --keep-runs | -n | --count)
+            --min-interval | --every | --slot-offset | --lock-delay | --skip-exit-code | --records-ttl | \
+            --keep-runs | -n | --count)
             # A value of the user's own: nothing to offer.
             return
             ;;
@@ -98,7 +99,7 @@ _fencerun()
         --tls-server-name --tls-insecure -v --verbose -q --quiet --log-format -h --help'
     local run_opts='-t --ttl --renew --grace --kill-signal -w --wait --fair --limit -E --conflict-exit-code
         --lease-lost-exit-code --shell --metrics-file --min-replicas --replica-timeout --min-interval
-        --lock-delay --skip-exit-code --records-ttl --keep-runs'
+        --every --slot-offset --lock-delay --skip-exit-code --records-ttl --keep-runs'
 
     if [[ $cur == -* ]]; then
         case $subcommand in

@@ -85,6 +85,7 @@ lease::LeaseRequest lease_request(const config::Config& c) {
   r.request_timeout = c.common.timeout;
   r.records = c.run.records;
   r.min_interval = c.run.min_interval;
+  r.every = c.run.every;
   r.lock_delay = c.run.lock_delay;
   r.version = FENCERUN_VERSION;
   return r;
@@ -97,6 +98,7 @@ Exit not_acquired(const config::Config& c, const lease::NotAcquired& why) {
     case lease::NotAcquired::Reason::interrupted: return by_signal(why.signal);
     case lease::NotAcquired::Reason::limit_mismatch: return {exit_code::k_usage};
     case lease::NotAcquired::Reason::skipped: return {c.run.skip_exit_code};
+    case lease::NotAcquired::Reason::rule_mismatch: return {exit_code::k_usage};
   }
   return {exit_code::k_internal};
 }

@@ -235,6 +235,13 @@ constexpr std::array k_options = {
     "do not start COMMAND when the last successful run of\n"
     "NAME started less than DUR ago (server time); exit\n"
     "with --skip-exit-code instead"},
+  OptionSpec{0, "every", "DUR", k_run, [](Options& o, std::string_view, std::string_view v) { o.every = s(v); },
+    "once per slot of DUR (server time): do not start\n"
+    "COMMAND when a success is recorded for the slot this\n"
+    "trigger fired in; exit with --skip-exit-code instead"},
+  OptionSpec{0, "slot-offset", "DUR", k_run,
+    [](Options& o, std::string_view, std::string_view v) { o.slot_offset = s(v); },
+    "--every: slots start DUR after each multiple of the\nperiod since the epoch (default: 0)"},
   OptionSpec{0, "lock-delay", "DUR", k_run,
     [](Options& o, std::string_view, std::string_view v) { o.lock_delay = s(v); },
     "etcd: when the last holder vanished (its lease\n"
@@ -244,7 +251,7 @@ constexpr std::array k_options = {
     [](Options& o, std::string_view, std::string_view v) {
       o.skip_exit_code = int_value("--skip-exit-code", v, k_exit_code);
     },
-    "exit code when --min-interval skips the run\n(default: 0)"},
+    "exit code when --every or --min-interval skips the\nrun (default: 0; not the busy code)"},
   OptionSpec{0, "records-ttl", "DUR", k_run,
     [](Options& o, std::string_view, std::string_view v) { o.records_ttl = s(v); },
     "how long the record of NAME's runs is kept after its\nlast run (default: 720h, 30 days)"},

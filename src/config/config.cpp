@@ -255,6 +255,27 @@ Config make_config(const Options& o, const GetEnv& getenv, const ParseSignal& pa
                        format_duration(c.run.records.ttl) + " (--records-ttl): the last success would be forgotten first");
     c.run.min_interval = m;
   }
+  if (o.slot_offset && !o.every) throw UsageError("--slot-offset: only with --every");
+  if (o.every) {
+    if (o.min_interval) throw UsageError("--every and --min-interval: give one rule, not both");
+    const milliseconds p = duration_option("--every", *o.every);
+    if (p <= milliseconds::zero()) throw UsageError("--every: must be positive, got " + *o.every);
+    if (p > c.run.records.ttl)
+      throw UsageError("--every: " + format_duration(p) + " is longer than the records' TTL " +
+                       format_duration(c.run.records.ttl) + " (--records-ttl): the slot's success would be forgotten first");
+    milliseconds offset{0};
+    if (o.slot_offset) {
+      offset = duration_option("--slot-offset", *o.slot_offset);
+      if (offset < milliseconds::zero() || offset >= p)
+        throw UsageError("--slot-offset: must be at least 0 and less than --every " + format_duration(p) + ", got " +
+                         *o.slot_offset);
+    }
+    if (c.run.limit > 1) throw UsageError("--every: not with --limit N (a counting lock)");
+    c.run.every = lease::Every{p, offset};
+  }
+  if (c.run.skip_exit_code == c.run.conflict_exit_code && (o.every || o.min_interval))
+    throw UsageError("--skip-exit-code " + std::to_string(c.run.skip_exit_code) +
+                     " is the busy code (--conflict-exit-code): a skipped trigger could not be told from a busy one");
   if (o.lock_delay) {
     const milliseconds d = duration_option("--lock-delay", *o.lock_delay);
     if (d < milliseconds::zero()) throw UsageError("--lock-delay: must not be negative, got " + *o.lock_delay);
@@ -271,6 +292,7 @@ Config make_config(const Options& o, const GetEnv& getenv, const ParseSignal& pa
   require(c.run.min_replicas > 0, lease::Capability::min_replicas);
   require(c.run.min_interval.has_value(), lease::Capability::min_interval);
   require(c.run.lock_delay.has_value(), lease::Capability::lock_delay);
+  require(c.run.every.has_value(), lease::Capability::every);
   if (c.run.min_replicas > 0 && c.run.replica_timeout * 2 >= c.run.timing.ttl)
     throw UsageError("--replica-timeout: " + format_duration(c.run.replica_timeout) +
                      " must be shorter than half of --ttl " + format_duration(c.run.timing.ttl));

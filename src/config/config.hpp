@@ -13,6 +13,7 @@
 #include "config/options.hpp"
 #include "lease/backend.hpp"
 #include "lease/run_record.hpp"
+#include "lease/schedule.hpp"
 #include "lease/timing.hpp"
 
 namespace fencerun::config {
@@ -55,6 +56,7 @@ struct RunConfig {
   int lease_lost_exit_code = exit_code::k_lease_lost_default;
   int skip_exit_code = exit_code::k_skipped_default;
   std::optional<milliseconds> min_interval;  // --min-interval
+  std::optional<lease::Every> every;         // --every, --slot-offset
   std::optional<milliseconds> lock_delay;    // --lock-delay (etcd)
   lease::RecordSettings records;             // --records-ttl, --keep-runs
   std::vector<std::string> command;  // with --shell: {"/bin/sh", "-c", COMMAND}

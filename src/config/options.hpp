@@ -39,6 +39,8 @@ struct Options {
   int lease_lost_exit_code = exit_code::k_lease_lost_default;
   int skip_exit_code = exit_code::k_skipped_default;
   std::optional<std::string> min_interval;
+  std::optional<std::string> every;
+  std::optional<std::string> slot_offset;
   std::optional<std::string> lock_delay;
   std::optional<std::string> records_ttl;
   std::optional<std::string> keep_runs;

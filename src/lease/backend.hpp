@@ -37,6 +37,7 @@ enum class Capability : std::uint32_t {
   acl = 1u << 6,            // acl: the server's least-privilege rule
   shared_connection = 1u << 7,  // the job's nested fencerun commands reuse the run's credentials
   lock_delay = 1u << 8,     // --lock-delay: a vanished holder's run is waited out
+  every = 1u << 9,          // --every: once per schedule slot, judged by the trigger's fire time
 };
 
 struct Capabilities {

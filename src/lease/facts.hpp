@@ -10,8 +10,11 @@
 //   FENCERUN_LIMIT    the lock's holders at once (1 for the plain lock)
 //   the server        FENCERUN_REDIS_URL (Redis, a quorum: every URL, separated by spaces) or
 //                     FENCERUN_ETCD_URL (etcd), without any password
+//   FENCERUN_SLOT_START, FENCERUN_SLOT_START_UNIX
+//                     --every: the start of the slot the trigger fired in (RFC 3339, UTC; seconds)
 //   and what the backend adds (FENCERUN_SERVERS, FENCERUN_ETCD_LEASE).
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,6 +31,7 @@ struct JobFacts {
   std::string url_variable;  // FENCERUN_REDIS_URL, FENCERUN_ETCD_URL
   std::string url;           // redacted
   std::vector<std::pair<std::string, std::string>> extra;  // the backend's own, after the others
+  std::optional<std::uint64_t> slot_start_us;              // --every: the trigger's slot's start
 };
 
 std::vector<std::pair<std::string, std::string>> job_environment(const JobFacts& facts);

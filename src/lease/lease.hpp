@@ -17,6 +17,7 @@
 
 #include "lease/facts.hpp"
 #include "lease/run_record.hpp"
+#include "lease/schedule.hpp"
 #include "lease/timing.hpp"
 #include "lease/types.hpp"
 #include "util/clock.hpp"
@@ -43,6 +44,10 @@ struct LeaseRequest {
   // started when the last successful run of NAME started less than this long ago (server time).
   RecordSettings records;
   std::optional<milliseconds> min_interval;
+  // --every / --slot-offset: the command is not started when a success is recorded for the slot the
+  // trigger fired in (schedule.hpp).
+  std::optional<Every> every;
+  ScheduleRule rule() const { return {every, min_interval}; }
   // --lock-delay: how long the next holder waits after a holder vanished without releasing (its key
   // revoked, expired or broken while its run was in progress). nullopt: that holder's TTL.
   std::optional<milliseconds> lock_delay;
@@ -65,12 +70,16 @@ struct NotAcquired {
     unavailable,  // the server could not be used, or did not confirm the lock (replicas)
     interrupted,  // a signal ended the wait
     limit_mismatch,  // the lock is held with another --limit
-    skipped,         // --min-interval: the last success started too recently (nothing is held)
+    skipped,         // --every, --min-interval: this trigger's run already ran or is running (nothing is held)
+    rule_mismatch,   // the lock's record was written with another --every/--min-interval/--records-ttl
   };
+  NotAcquired(Reason why, int sig = 0, long held = 0, std::uint64_t last_success = 0)
+      : reason(why), signal(sig), held_limit(held), last_success_us(last_success) {}
   Reason reason;
   int signal = 0;       // interrupted: which
   long held_limit = 0;  // limit_mismatch: the lock's limit
   std::uint64_t last_success_us = 0;  // skipped: when the last success started (server time), 0 unknown
+  std::string held_rule;              // rule_mismatch: the lock's rule (schedule_rule)
 };
 
 class HeldLease {

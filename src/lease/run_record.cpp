@@ -39,7 +39,7 @@ std::optional<RunRecord> parse_run_record(std::string_view text) {
     f.push_back(text.substr(0, sp));
     text = sp == std::string_view::npos ? std::string_view{} : text.substr(sp + 1);
   }
-  if (f.size() != 9) return std::nullopt;
+  if (f.size() != 9 && f.size() != 10) return std::nullopt;
   RunRecord r;
   auto start = number<std::uint64_t>(f[0]);
   if (!start) return std::nullopt;
@@ -52,13 +52,18 @@ std::optional<RunRecord> parse_run_record(std::string_view text) {
   r.pid = number<long>(f[6]);
   r.host = std::string(f[7]);
   r.version = std::string(f[8]);
+  if (f.size() == 10) {
+    r.fire_us = number<std::uint64_t>(f[9]);
+    if (!r.fire_us) return std::nullopt;
+  }
   return r;
 }
 
 std::string run_record_line(const RunRecord& r) {
   auto or_dash = [](const auto& n) { return n ? std::to_string(*n) : std::string("-"); };
   return std::to_string(r.start_us) + " " + or_dash(r.end_us) + " " + r.outcome + " " + or_dash(r.exit_code) + " " +
-         or_dash(r.signal) + " " + or_dash(r.token) + " " + or_dash(r.pid) + " " + r.host + " " + r.version;
+         or_dash(r.signal) + " " + or_dash(r.token) + " " + or_dash(r.pid) + " " + r.host + " " + r.version +
+         (r.fire_us ? " " + std::to_string(*r.fire_us) : std::string());
 }
 
 std::vector<std::string> merge_records(const std::vector<ServerRecords>& servers, std::uint64_t reference_now_us,
@@ -73,6 +78,7 @@ std::vector<std::string> merge_records(const std::vector<ServerRecords>& servers
       const auto shift = [&](std::uint64_t t) { return t + reference_now_us - server.now_us; };
       r->start_us = shift(r->start_us);
       if (r->end_us) r->end_us = shift(*r->end_us);
+      if (r->fire_us) r->fire_us = shift(*r->fire_us);
       auto [it, added] = by_token.try_emplace(*r->token, *r);
       if (!added && rank(r->outcome) > rank(it->second.outcome)) it->second = *r;
     }
@@ -115,29 +121,12 @@ std::string run_record_json(const RunRecord& r) {
          ",\"end_us\":" + json_number(r.end_us) + ",\"duration_ms\":" + duration +
          ",\"exit_code\":" + json_number(r.exit_code) + ",\"signal\":" + json_number(r.signal) +
          ",\"token\":" + json_number(r.token) + ",\"pid\":" + json_number(r.pid) + ",\"host\":\"" +
-         log::json_escape(r.host) + "\",\"version\":\"" + log::json_escape(r.version) + "\"}";
+         log::json_escape(r.host) + "\",\"version\":\"" + log::json_escape(r.version) + "\"" +
+         (r.fire_us ? ",\"fired_us\":" + std::to_string(*r.fire_us) : std::string()) + "}";
 }
 
 }  // namespace fencerun::lease
 
 namespace fencerun::lease {
-
-void log_skipped(const std::string& lock, std::chrono::milliseconds min_interval, const std::string& last_success,
-                 std::uint64_t now_us) {
-  const auto last = parse_run_record(last_success);
-  const std::string interval = util::format_duration(min_interval);
-  if (!last) {
-    log::event(log::Level::info, "skipped", "skipped: the last success started less than " + interval + " ago",
-               {{"lock", lock}});
-    return;
-  }
-  log::event(log::Level::info, "skipped",
-             "skipped: the last success started " + age_text(last->start_us, now_us) + " ago on " + last->host +
-                 " (token " + (last->token ? std::to_string(*last->token) : "unknown") + "), less than --min-interval " +
-                 interval + " ago",
-             {{"lock", lock}, {"last_success_host", last->host},
-              {"last_success_start_us", std::to_string(last->start_us)},
-              {"last_success_token", last->token ? std::to_string(*last->token) : "unknown"}});
-}
 
 }  // namespace fencerun::lease

@@ -33,7 +33,9 @@ struct RunOutcome {
   std::optional<std::chrono::microseconds> ran;
 };
 
-// One record: "<start us> <end us> <outcome> <exit code> <signal> <token> <pid> <host> <version>".
+// One record: "<start us> <end us> <outcome> <exit code> <signal> <token> <pid> <host> <version>
+// [<fire us>]": the last field, the server's time when the run's trigger fired (--every and
+// --min-interval judge by it), is absent from records of runs without a rule and of older versions.
 struct RunRecord {
   std::uint64_t start_us = 0;
   std::optional<std::uint64_t> end_us;  // unknown for a killed run
@@ -44,6 +46,7 @@ struct RunRecord {
   std::optional<long> pid;
   std::string host;
   std::string version;
+  std::optional<std::uint64_t> fire_us;
 };
 std::optional<RunRecord> parse_run_record(std::string_view text);
 // The record's text again (parse_run_record's inverse).
@@ -67,10 +70,5 @@ std::string run_record_text(const RunRecord& r, std::uint64_t now_us);
 std::string run_record_json(const RunRecord& r);
 // "1.2s", "3m", "2h", "4d": how long ago `then_us` was.
 std::string age_text(std::uint64_t then_us, std::uint64_t now_us);
-
-// The `skipped` event of a run that --min-interval stops: when and where the last success (its record
-// text) started, by the clock `now_us` is of.
-void log_skipped(const std::string& lock, std::chrono::milliseconds min_interval, const std::string& last_success,
-                 std::uint64_t now_us);
 
 }  // namespace fencerun::lease

@@ -37,6 +37,7 @@ struct Acquired {
   bool server_clock_behind = false;
   std::chrono::microseconds server_clock_gap{0};
   std::string started_us;  // the run's start, server time (empty when the script keeps no record)
+  std::string fired_us;    // its trigger's fire time, server time (empty without --every/--min-interval)
 };
 
 // The lock is busy: what a waiter needs to know.
@@ -47,12 +48,23 @@ struct Busy {
   std::optional<std::chrono::milliseconds> turn_expires;
   std::optional<long> place;  // place in the queue, 0 first; nullopt when not queued
   long queue_length = 0;      // known when queued
+  std::optional<std::uint64_t> now_us;  // the server's time, when the record of runs is kept
+  std::string run;                      // the run in progress ("" none), when the record is kept
 };
 
-// --min-interval: the last success (its record) started too recently; nothing is held.
+// --every / --min-interval: a success (its record) makes this trigger's run unnecessary, or
+// (`in_progress`) the holder is running the run this trigger is for; nothing is held.
 struct Skipped {
   std::string last_success;
-  std::uint64_t now_us = 0;  // server time
+  std::uint64_t now_us = 0;   // server time
+  std::uint64_t fired_us = 0;  // the trigger's fire time (server time; 0 unknown)
+  bool in_progress = false;
+};
+
+// The lock's record was written with another rule (--every, --slot-offset, --min-interval,
+// --records-ttl): `rule` is that one (schedule.hpp's schedule_rule).
+struct RuleMismatch {
+  std::string rule;
 };
 
 // How a renewal went: renewed, the key was gone (expired or deleted: a server that cannot tell), or

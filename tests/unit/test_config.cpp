@@ -859,6 +859,7 @@ Options asking_for(fencerun::lease::Capability capability, std::vector<std::stri
     case C::acl: o.subcommand = Subcommand::acl, o.command.clear(); break;
     case C::shared_connection: break;
     case C::lock_delay: o.lock_delay = "5s"; break;
+    case C::every: o.every = "1h"; break;
   }
   return o;
 }
@@ -870,7 +871,7 @@ Options asking_for(fencerun::lease::Capability capability, std::vector<std::stri
 TEST(capabilities, every_backend_refuses_exactly_what_it_declares_it_lacks) {
   using C = fencerun::lease::Capability;
   const C asked[] = {C::limit, C::fair, C::min_replicas, C::min_interval, C::break_lock, C::bump, C::acl,
-                     C::lock_delay};
+                     C::lock_delay, C::every};
   ASSERT_EQ(fencerun::lease::backends().size(), 3u);
   for (const auto& b : fencerun::lease::backends()) {
     const auto urls = urls_of(b.name);
@@ -894,4 +895,30 @@ TEST(capabilities, every_backend_refuses_exactly_what_it_declares_it_lacks) {
 // --version's feature line and the hints come from the same table.
 TEST(capabilities, the_feature_line_names_every_backend) {
   EXPECT_EQ(fencerun::lease::features_line(), "tcp unix tls sentinel cluster quorum etcd");
+}
+
+// --every and --slot-offset: one rule per trigger, slots that fit the record, and a skip code that is
+// not the busy code.
+TEST(every, bad_combinations_are_usage_errors_naming_the_rule) {
+  auto with = [](auto set) {
+    Options o = run_options();
+    set(o);
+    return usage_error(o);
+  };
+  EXPECT_EQ(with([](Options& o) { o.every = "1h"; }), "<no error>");
+  EXPECT_EQ(with([](Options& o) { o.every = "1h", o.slot_offset = "5m"; }), "<no error>");
+  EXPECT_EQ(with([](Options& o) { o.every = "1h", o.min_interval = "50m"; }),
+            "--every and --min-interval: give one rule, not both");
+  EXPECT_EQ(with([](Options& o) { o.slot_offset = "5m"; }), "--slot-offset: only with --every");
+  EXPECT_EQ(with([](Options& o) { o.every = "1h", o.slot_offset = "1h"; }),
+            "--slot-offset: must be at least 0 and less than --every 1h, got 1h");
+  EXPECT_EQ(with([](Options& o) { o.every = "0s"; }), "--every: must be positive, got 0s");
+  EXPECT_EQ(with([](Options& o) { o.every = "2h", o.records_ttl = "1h"; }).rfind("--every: 2h is longer than the records' TTL 1h", 0),
+            0u);
+  EXPECT_EQ(with([](Options& o) { o.every = "1h", o.limit = "2"; }), "--every: not with --limit N (a counting lock)");
+  EXPECT_EQ(with([](Options& o) { o.every = "1h", o.skip_exit_code = 75; }).rfind("--skip-exit-code 75 is the busy code", 0),
+            0u);
+  EXPECT_EQ(with([](Options& o) { o.min_interval = "1h", o.skip_exit_code = 75; }).rfind("--skip-exit-code 75 is the busy code", 0),
+            0u);
+  EXPECT_EQ(with([](Options& o) { o.every = "1h", o.skip_exit_code = 75, o.conflict_exit_code = 76; }), "<no error>");
 }

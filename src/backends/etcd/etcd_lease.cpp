@@ -386,7 +386,7 @@ class EtcdHeldLease final : public KeptLease {
   std::optional<std::uint64_t> started_us() const override { return m_started_us; }
   JobFacts job_facts() const override {
     return {m_acquired.token, m_request.lock, m_request.owner, m_request.timing.ttl.count(), 0, 1,
-            "FENCERUN_ETCD_URL", m_target.redacted_url, {{"FENCERUN_ETCD_LEASE", lease_hex(m_lease)}}};
+            "FENCERUN_ETCD_URL", m_target.redacted_url, {{"FENCERUN_ETCD_LEASE", lease_hex(m_lease)}}, std::nullopt};
   }
 
   void keep(std::function<void(Deadline)> on_renewed) override {
@@ -659,7 +659,7 @@ class EtcdLease final : public Lease {
   }
 
   void log_skipped(const Skipped& skipped) const {
-    lease::log_skipped(m_request.lock, *m_request.min_interval, skipped.last_success, skipped.now_us);
+    lease::log_skipped(m_request.lock, m_request.rule(), skipped.last_success, skipped.now_us, skipped.now_us, false);
   }
 
   // One transaction: `put` (when given: only if the key is not there yet) and the lock read back;

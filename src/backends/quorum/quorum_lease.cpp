@@ -431,7 +431,7 @@ class QuorumHeldLease final : public KeptLease {
     std::string urls;
     for (const auto& u : m_ops.urls()) urls += (urls.empty() ? "" : " ") + u;
     return {m_acquired.token, m_request.lock, m_request.owner, m_request.timing.ttl.count(), 0, 1,
-            "FENCERUN_REDIS_URL", urls, {{"FENCERUN_SERVERS", std::to_string(m_ops.size())}}};
+            "FENCERUN_REDIS_URL", urls, {{"FENCERUN_SERVERS", std::to_string(m_ops.size())}}, std::nullopt};
   }
 
   // Released when a majority deleted it; not ours when a majority answered and fewer deleted it.
@@ -498,7 +498,7 @@ class QuorumLease final : public Lease {
   QuorumLease(QuorumTarget target, LeaseRequest request)
       : m_request(std::move(request)), m_ops(target, keys_for(target.key_prefix, m_request.lock)) {
     m_ops.keep_records({m_request.records, m_request.min_interval ? m_request.min_interval->count() : 0,
-                        m_request.version});
+                        m_request.version, 0, 0, {}});
   }
 
   std::expected<std::unique_ptr<HeldLease>, NotAcquired> acquire(Waiter& waiter, milliseconds& waited) override;
@@ -774,7 +774,7 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> QuorumLease::acquire(Wait
       return held;
     }
     if (const auto* skipped = std::get_if<TooRecent>(&result)) {
-      log_skipped(m_request.lock, *m_request.min_interval, skipped->last_success, skipped->now_us);
+      log_skipped(m_request.lock, m_request.rule(), skipped->last_success, skipped->now_us, skipped->now_us, false);
       waited = since(began);
       const auto last = parse_run_record(skipped->last_success);
       return std::unexpected(NotAcquired{NotAcquired::Reason::skipped, 0, 0, last ? last->start_us : 0});

@@ -23,7 +23,7 @@ LockKeys keys_for(std::string_view prefix, std::string_view name) {
 redis::Result<AcquireResult> parse_acquire_reply(const Reply& reply, Deadline sent) {
   const auto& e = reply.elements;
   if (!reply.is_array() || e.size() < 2 || e[0].type != Reply::Type::integer ||
-      (e[0].integer != 2 && e.size() < 4))
+      (e[0].integer != 2 && e[0].integer != 4 && e.size() < 4))
     return std::unexpected(protocol_error("unexpected reply to the acquire script"));
   if (e[0].integer == 2) {
     auto held = e[1].as_integer();
@@ -33,7 +33,16 @@ redis::Result<AcquireResult> parse_acquire_reply(const Reply& reply, Deadline se
   if (e[0].integer == 3) {
     auto now = e.size() >= 3 && e[2].is_string() ? to_number<std::uint64_t>(e[2].str) : std::nullopt;
     if (!e[1].is_string() || !now) return std::unexpected(protocol_error("acquire script returned a malformed skip"));
-    return Skipped{e[1].str, *now};
+    const std::uint64_t server_now = *now;
+    Skipped skipped{e[1].str, server_now};
+    skipped.fired_us = server_now;
+    if (e.size() >= 5 && e[4].is_string())
+      if (auto fired = to_number<std::uint64_t>(e[4].str)) skipped.fired_us = *fired;
+    return skipped;
+  }
+  if (e[0].integer == 4) {
+    if (!e[1].is_string()) return std::unexpected(protocol_error("acquire script returned a malformed rule"));
+    return RuleMismatch{e[1].str};
   }
   if (e[0].integer == 1) {
     auto token = e[1].as_integer();
@@ -51,6 +60,7 @@ redis::Result<AcquireResult> parse_acquire_reply(const Reply& reply, Deadline se
       acquired.slot = static_cast<int>(*slot);
     }
     if (e.size() >= 7 && e[6].is_string()) acquired.started_us = e[6].str;
+    if (e.size() >= 8 && e[7].is_string()) acquired.fired_us = e[7].str;
     acquired.server_clock_behind = *gap > 0;
     acquired.server_clock_gap = std::chrono::microseconds(*gap);
     return acquired;
@@ -64,6 +74,8 @@ redis::Result<AcquireResult> parse_acquire_reply(const Reply& reply, Deadline se
     if (auto place = e[5].as_integer(); place && *place >= 0) busy.place = static_cast<long>(*place);
   if (e.size() >= 7)
     if (auto length = e[6].as_integer(); length && *length > 0) busy.queue_length = static_cast<long>(*length);
+  if (e.size() >= 8 && e[7].is_string()) busy.now_us = to_number<std::uint64_t>(e[7].str);
+  if (e.size() >= 9 && e[8].is_string()) busy.run = e[8].str;
   return busy;
 }
 
@@ -77,17 +89,22 @@ redis::Result<AcquireResult> LeaseClient::try_acquire(std::string_view owner, st
   // absent queue keys cannot make the request fail with TRYAGAIN.
   std::string_view all_keys[] = {m_keys.lock, m_keys.token, m_keys.queue, m_keys.tickets, m_keys.turn};
   std::span<const std::string_view> keys(all_keys, queueing.fair || queueing.queued ? 5 : 2);
-  std::string min_ms, records_ttl, keep;
+  std::string min_ms, records_ttl, keep, every_ms, offset_ms, fired;
   if (m_records) {
     min_ms = std::to_string(m_records->min_interval_ms);
     records_ttl = std::to_string(m_records->settings.ttl.count());
     keep = std::to_string(m_records->settings.keep);
+    every_ms = std::to_string(m_records->every_ms);
+    offset_ms = std::to_string(m_records->slot_offset_ms);
+    if (queueing.fired_us) fired = std::to_string(*queueing.fired_us);
   }
   std::string_view args[] = {owner,       ttl_ms,  pid_text,     host, queueing.fair ? "1" : "0",
                              queueing.queued ? "1" : "0", m_keys.wake, turn_ms, m_keys.limit, m_keys.slots,
                              m_keys.runs_base, min_ms, records_ttl, keep,
-                             m_records ? std::string_view(m_records->version) : std::string_view()};
-  std::span<const std::string_view> sent_args(args, m_records ? 15 : 10);
+                             m_records ? std::string_view(m_records->version) : std::string_view(),
+                             every_ms, offset_ms, fired,
+                             m_records ? std::string_view(m_records->rule) : std::string_view()};
+  std::span<const std::string_view> sent_args(args, m_records ? 19 : 10);
   return detail::acquire_with_ack(m_client, scripts::k_acquire, keys, sent_args, ack, deadline);
 }
 
@@ -162,7 +179,7 @@ redis::Result<bool> LeaseClient::release(std::string_view owner, std::optional<s
 
 std::vector<std::string> record_release_args(const LockKeys& keys, const RecordArgs& records,
                                              const RunOutcome& outcome, std::string_view start, std::uint64_t token,
-                                             std::string_view value) {
+                                             std::string_view value, std::string_view fired) {
   const Holder h = parse_holder(value);
   return {keys.runs_base,
           outcome.outcome,
@@ -176,7 +193,8 @@ std::vector<std::string> record_release_args(const LockKeys& keys, const RecordA
           h.host.empty() ? "-" : h.host,
           records.version,
           "",
-          outcome.ran ? std::to_string(outcome.ran->count()) : ""};
+          outcome.ran ? std::to_string(outcome.ran->count()) : "",
+          std::string(fired)};
 }
 
 redis::Result<bool> LeaseClient::release_recorded(std::string_view owner, std::string_view value, const Acquired& acquired,
@@ -184,7 +202,8 @@ redis::Result<bool> LeaseClient::release_recorded(std::string_view owner, std::s
   if (!m_records || acquired.started_us.empty()) return release(owner, value, deadline);
   std::string turn_ms = std::to_string(k_turn.count());
   std::string_view queue_keys[] = {m_keys.lock, m_keys.queue, m_keys.turn};
-  const auto record_text = record_release_args(m_keys, *m_records, outcome, acquired.started_us, acquired.token, value);
+  const auto record_text = record_release_args(m_keys, *m_records, outcome, acquired.started_us, acquired.token, value,
+                                                acquired.fired_us);
   const std::vector<std::string_view> record(record_text.begin(), record_text.end());
   std::string_view wake_args[] = {m_keys.wake, turn_ms};
   Deadline sent{};

@@ -55,12 +55,13 @@ inline constexpr std::chrono::milliseconds k_turn{3000};
 struct Queueing {
   bool fair = false;
   bool queued = false;
+  std::optional<std::uint64_t> fired_us;  // the trigger's fire time, once a first reply told it
 };
 // The lock is held with another --limit: `held` is that limit (1 for the plain lock).
 struct LimitMismatch {
   long held = 0;
 };
-using AcquireResult = std::variant<Acquired, Busy, LimitMismatch, Skipped>;
+using AcquireResult = std::variant<Acquired, Busy, LimitMismatch, Skipped, RuleMismatch>;
 
 // What the acquire and release scripts need to keep the record of runs, and --min-interval (ms, 0:
 // none). `run` is filled in at release.
@@ -68,6 +69,9 @@ struct RecordArgs {
   RecordSettings settings;
   long long min_interval_ms = 0;
   std::string version;
+  long long every_ms = 0;        // --every (0: none)
+  long long slot_offset_ms = 0;  // --slot-offset
+  std::string rule;              // schedule_rule() ("" none)
 };
 
 // The record a release writes, as release.lua (ARGV 4 on), record.lua and slots_release.lua take it:
@@ -77,7 +81,7 @@ struct RecordArgs {
 // command ran ("" unknown).
 std::vector<std::string> record_release_args(const LockKeys& keys, const RecordArgs& records,
                                              const RunOutcome& outcome, std::string_view start, std::uint64_t token,
-                                             std::string_view value);
+                                             std::string_view value, std::string_view fired = {});
 
 // Decodes an acquire script's reply (acquired, busy, or held with another limit); `sent` goes into
 // Acquired. A protocol error when the reply does not have the script's shape.

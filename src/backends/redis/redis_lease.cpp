@@ -115,8 +115,13 @@ class RedisHeldLease final : public KeptLease {
     return us;
   }
   JobFacts job_facts() const override {
-    return {m_acquired.token, m_request.lock, m_request.owner, m_request.timing.ttl.count(), m_acquired.slot,
-            m_request.limit, "FENCERUN_REDIS_URL", m_target.redacted_url, {{"FENCERUN_SERVERS", "1"}}};
+    JobFacts f{m_acquired.token, m_request.lock, m_request.owner, m_request.timing.ttl.count(), m_acquired.slot,
+               m_request.limit, "FENCERUN_REDIS_URL", m_target.redacted_url, {{"FENCERUN_SERVERS", "1"}}, {}};
+    std::uint64_t fired = 0;
+    const auto& t = m_acquired.fired_us;
+    if (m_request.every && std::from_chars(t.data(), t.data() + t.size(), fired).ec == std::errc{})
+      f.slot_start_us = slot_start_us(slot_index(fired, *m_request.every), *m_request.every);
+    return f;
   }
 
   Released release() override {
@@ -153,7 +158,9 @@ class RedisLease final : public Lease {
       : m_target(std::move(target)), m_request(std::move(request)), m_client(m_target.endpoint),
         m_ops(make_ops(m_client, keys_for(m_target.key_prefix, m_request.lock), m_request.limit)), m_lease(*m_ops) {
     m_lease.keep_records({m_request.records, m_request.min_interval ? m_request.min_interval->count() : 0,
-                          m_request.version});
+                          m_request.version, m_request.every ? m_request.every->period.count() : 0,
+                          m_request.every ? m_request.every->offset.count() : 0,
+                          schedule_rule(m_request.every, m_request.min_interval, m_request.records.ttl)});
     // The log says which server the run talked to, and the release picks its native compare-and-delete.
     m_client.learn_server();
   }
@@ -206,7 +213,39 @@ class RedisLease final : public Lease {
                                : log::Field{"ttl", "none"}});
   }
   void log_skipped(const Skipped& skipped) const {
-    lease::log_skipped(m_request.lock, *m_request.min_interval, skipped.last_success, skipped.now_us);
+    lease::log_skipped(m_request.lock, m_request.rule(), skipped.last_success, skipped.now_us, skipped.fired_us,
+                       skipped.in_progress);
+  }
+  // A busy answer whose holder is running the run this trigger is for (--every: its slot's;
+  // --min-interval: one that started less than the interval before it fired): a skip, not a conflict.
+  std::optional<Skipped> running_this_run(const Busy& busy, std::optional<std::uint64_t> fired) const {
+    if (!m_request.rule().any() || busy.run.empty() || !fired || !busy.now_us) return std::nullopt;
+    // "<owner> <start us> <token> <pid> <host> <version> [<fire us>]" (scripts/_runs.lua)
+    std::vector<std::string> f;
+    for (std::string_view rest = busy.run; !rest.empty();) {
+      const auto sp = rest.find(' ');
+      f.emplace_back(rest.substr(0, sp));
+      rest = sp == std::string_view::npos ? std::string_view{} : rest.substr(sp + 1);
+    }
+    if (f.size() < 6) return std::nullopt;
+    RunRecord r;
+    const auto number = [](const std::string& t) -> std::optional<std::uint64_t> {
+      std::uint64_t n = 0;
+      auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), n);
+      if (t.empty() || ec != std::errc{} || end != t.data() + t.size()) return std::nullopt;
+      return n;
+    };
+    const auto start = number(f[1]);
+    if (!start) return std::nullopt;
+    r.start_us = *start;
+    r.outcome = "running";
+    r.token = number(f[2]);
+    if (auto pid = number(f[3])) r.pid = static_cast<long>(*pid);
+    r.host = f[4];
+    r.version = f[5];
+    if (f.size() >= 7) r.fire_us = number(f[6]);
+    if (!run_counts_for(m_request.rule(), r.start_us, r.fire_us, *fired)) return std::nullopt;
+    return Skipped{run_record_line(r), *busy.now_us, *fired, true};
   }
   // A queued waiter's busy answer does not name the holder: ask for it (for the message only); of a
   // counting lock's, the one whose lease ends first.
@@ -298,12 +337,21 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> RedisLease::acquire(Waite
   std::optional<redis::Client> subscriber;
   bool subscribe_tried = false;
   int connection_failures = 0;
+  // The trigger's fire time: the server's time at the first answer (--every, --min-interval).
+  std::optional<std::uint64_t> fired;
+  const auto skip = [&](const Skipped& skipped) {
+    log_skipped(skipped);
+    leave_queue();
+    waited = since(began);
+    const auto last = parse_run_record(skipped.last_success);
+    return std::unexpected(NotAcquired{NotAcquired::Reason::skipped, 0, 0, last ? last->start_us : 0});
+  };
   for (int attempt = 0;; ++attempt) {
     // A reply that comes after the stop point is of no use (the command could not start), so no
     // acquire request waits longer than that, whatever --timeout says.
     Deadline now = BootClock::now();
     Deadline bound = std::min(now + timeout, schedule.stop_at(schedule.deadline_after(now)));
-    const Queueing queueing{m_request.fair, subscriber.has_value()};
+    const Queueing queueing{m_request.fair, subscriber.has_value(), fired};
     m_joined = m_joined || queueing.queued;
     auto result = m_lease.try_acquire(m_request.owner, m_request.timing.ttl, m_request.pid, m_request.host,
                                       {m_request.min_replicas, m_request.replica_timeout}, queueing, bound);
@@ -350,16 +398,25 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> RedisLease::acquire(Waite
       waited = since(began);
       return std::unexpected(NotAcquired{NotAcquired::Reason::limit_mismatch, 0, other->held});
     }
-    if (auto* skipped = std::get_if<Skipped>(&*result)) {
-      log_skipped(*skipped);
+    if (auto* skipped = std::get_if<Skipped>(&*result)) return skip(*skipped);
+    if (auto* other = std::get_if<RuleMismatch>(&*result)) {
+      const std::string mine = schedule_rule(m_request.every, m_request.min_interval, m_request.records.ttl);
+      log::event(log::Level::error, "rule_mismatch",
+                 "lock '" + m_request.lock + "' runs with " + schedule_rule_options(other->rule) +
+                     "; this run asks for " + schedule_rule_options(mine) +
+                     " (all triggers of a lock must use the same rule)",
+                 {{"lock", m_request.lock}, {"held_rule", other->rule}, {"rule", mine}});
       leave_queue();
       waited = since(began);
-      const auto last = parse_run_record(skipped->last_success);
-      return std::unexpected(NotAcquired{NotAcquired::Reason::skipped, 0, 0, last ? last->start_us : 0});
+      NotAcquired why{NotAcquired::Reason::rule_mismatch};
+      why.held_rule = other->rule;
+      return std::unexpected(why);
     }
     const auto& busy = std::get<Busy>(*result);
+    if (!fired && busy.now_us) fired = busy.now_us;
     now = BootClock::now();
     if (wait_until && now >= *wait_until) {
+      if (auto running = running_this_run(busy, fired)) return skip(*running);
       log_busy(busy.place ? holder_now(busy) : busy);
       leave_queue();
       return refuse(NotAcquired::Reason::busy);

@@ -72,7 +72,8 @@ redis::Result<bool> SlotsClient::release(std::string_view owner, std::optional<s
 redis::Result<bool> SlotsClient::release_recorded(std::string_view owner, std::string_view value, const Acquired& acquired,
                                            const RunOutcome& outcome, Deadline deadline) {
   if (!m_records || acquired.started_us.empty() || !m_slot) return release(owner, value, deadline);
-  const auto record_text = record_release_args(m_keys, *m_records, outcome, acquired.started_us, acquired.token, value);
+  const auto record_text = record_release_args(m_keys, *m_records, outcome, acquired.started_us, acquired.token, value,
+                                                acquired.fired_us);
   const std::vector<std::string_view> record(record_text.begin(), record_text.end());
   return release_with(owner, record, deadline);
 }

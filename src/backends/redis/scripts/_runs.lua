@@ -1,6 +1,6 @@
 -- The record of NAME's runs, shared by the acquire and release scripts (included where they say so).
 -- Keys, all under NAME's hash tag (`base` is "<prefix>{NAME}:"):
---   base..'run'   the run in progress: "<owner> <start us> <token> <pid> <host> <version>"
+--   base..'run'   the run in progress: "<owner> <start us> <token> <pid> <host> <version> [<fire us>]"
 --   base..'running'  a counting lock's (--limit N) runs in progress: a hash, slot -> the same text
 --   base..'ok'    the last successful run's record
 --   base..'runs'  the last runs' records, newest first, at most `keep`
@@ -27,9 +27,11 @@ local function record_killed(base, ttl_ms, keep, self)
   local run = redis.call('GET', base .. 'run')
   if not run then return end
   redis.call('DEL', base .. 'run')
-  local owner, start, token, pid, host, ver = string.match(run, '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
+  local owner, start, token, pid, host, ver, fire = string.match(run, '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) ?(%S*)$')
   if not owner or owner == self then return end
-  push_run(base, table.concat({start, '-', 'killed', '-', '-', token, pid, host, ver}, ' '), ttl_ms, keep)
+  local record = {start, '-', 'killed', '-', '-', token, pid, host, ver}
+  if fire ~= '' then record[10] = fire end
+  push_run(base, table.concat(record, ' '), ttl_ms, keep)
 end
 
 -- The same for a counting lock (--limit N): a run in progress whose slot is free ended without a release.
@@ -57,11 +59,50 @@ local function too_recent(base, now_us, min_ms)
   return nil
 end
 
+-- --every and --min-interval, judged by the trigger's fire time `fire` (server time of its first
+-- request; the rules of src/lease/schedule.hpp). The slot of t (microseconds): floor((t - offset) /
+-- period). A record counts for its trigger's fire time (its 10th field), else for its start.
+local function slot_of(t, period_ms, offset_ms)
+  return math.floor((t - offset_ms * 1000) / (period_ms * 1000))
+end
+
+local function record_fire(record)
+  local fire = string.match(record, '^%S+ %S+ %S+ %S+ %S+ %S+ %S+ %S+ %S+ (%d+)$')
+  return tonumber(fire or string.match(record, '^(%d+) '))
+end
+
+-- The record that makes this trigger's run unnecessary, or nil: with --every, a success recorded for
+-- the slot of `fire` (the last success, else, for a trigger of an older slot, one of the runs kept);
+-- with --min-interval, a last success that started less than min_ms before `fire` (or after it).
+local function already_done(base, fire, min_ms, period_ms, offset_ms)
+  local ok = redis.call('GET', base .. 'ok')
+  if not ok then return nil end
+  if period_ms > 0 then
+    local k = slot_of(fire, period_ms, offset_ms)
+    local last = slot_of(record_fire(ok) or 0, period_ms, offset_ms)
+    if last == k then return ok end
+    if k < last then
+      for _, r in ipairs(redis.call('LRANGE', base .. 'runs', 0, -1)) do
+        if string.match(r, '^%S+ %S+ (%S+) ') == 'ok' and slot_of(record_fire(r) or 0, period_ms, offset_ms) == k then
+          return r
+        end
+      end
+    end
+    return nil
+  end
+  if min_ms > 0 then
+    local start = tonumber(string.match(ok, '^(%d+) '))
+    if start and fire - start < min_ms * 1000 then return ok end
+  end
+  return nil
+end
+
 -- Closes the run at its release (release.lua, record.lua): its record, from the arguments a[i] ...
 -- a[i + 12]: the key base, the outcome as the caller knows it ('ok', 'failed', 'stopped'), exit code
 -- ('-' when unknown), signal ('-' when none), the records' TTL in ms, how many runs are kept, the
 -- run's start (server time, microseconds), token, pid, host, fencerun's version, the run's duration
--- (quorum mode, see below), how long the command ran (microseconds; '' unknown). A run that did not
+-- (quorum mode, see below), how long the command ran (microseconds; '' unknown), and a[i + 13] when
+-- given, its trigger's fire time (--every, --min-interval; '' none). A run that did not
 -- hold the lock any more (`ours` false) and saw 'ok' or 'failed' is recorded as 'lost'; one recorded
 -- as killed meanwhile (another run found the lock free) has that record replaced. `slot`: the slot of
 -- a counting lock (its run in progress is in the 'running' hash), nil for the plain lock.
@@ -86,8 +127,10 @@ local function close_run(ours, owner, a, i, slot)
   local finish = now
   local ran = tonumber(a[i + 12])
   if ran and tonumber(start) then finish = math.min(now, tonumber(start) + ran) end
-  local record = table.concat({start, string.format('%.0f', finish), outcome, a[i + 2], a[i + 3],
-                               a[i + 7], a[i + 8], a[i + 9], a[i + 10]}, ' ')
+  local fields = {start, string.format('%.0f', finish), outcome, a[i + 2], a[i + 3], a[i + 7], a[i + 8], a[i + 9],
+                  a[i + 10]}
+  if a[i + 13] and a[i + 13] ~= '' then fields[10] = a[i + 13] end
+  local record = table.concat(fields, ' ')
   local replaced = false
   if mine then
     if slot then redis.call('HDEL', base .. 'running', slot) else redis.call('DEL', base .. 'run') end
@@ -104,5 +147,14 @@ local function close_run(ours, owner, a, i, slot)
     end
   end
   if not replaced then push_run(base, record, ttl_ms, keep) end
-  if outcome == 'ok' then redis.call('SET', base .. 'ok', record, 'PX', ttl_ms) end
+  -- The last success is the one whose trigger fired last: a waiter of an older slot that succeeds
+  -- after a newer slot's run does not hide that run.
+  if outcome == 'ok' then
+    local last = redis.call('GET', base .. 'ok')
+    if not last or (record_fire(record) or 0) >= (record_fire(last) or 0) then
+      redis.call('SET', base .. 'ok', record, 'PX', ttl_ms)
+    else
+      redis.call('PEXPIRE', base .. 'ok', ttl_ms)
+    end
+  end
 end

@@ -5,15 +5,21 @@
 --       its channel (it joins the queue, or keeps its place), 7 the waiters' channel prefix, 8 turn ms,
 --       9 the key of NAME's stored limit, 10 the key prefix of its slots (see slots_acquire.lua),
 --       11 the key base of NAME's run records ("<prefix>{NAME}:", see _runs.lua), 12 --min-interval in ms
---       ('0': none), 13 the records' TTL in ms, 14 how many runs are kept, 15 fencerun's version.
+--       ('0': none), 13 the records' TTL in ms, 14 how many runs are kept, 15 fencerun's version,
+--       16 --every in ms ('0': none), 17 --slot-offset in ms, 18 the trigger's fire time (server
+--       microseconds from its first request; '': now), 19 the rule its triggers share ('': none; see
+--       src/lease/schedule.hpp's schedule_rule).
 -- Acquired: {1, token, lock value, server version,
 --            microseconds by which the server's clock is behind the counter (0 when it is not),
---            0 (the slot), the run's start (server time, microseconds)}.
--- Skipped:  {3, the last success's record, server time in microseconds, version} (--min-interval: it
+--            0 (the slot), the run's start (server time, microseconds), the fire time}.
+-- Skipped:  {3, the record that makes the run unnecessary, server time in microseconds, version, the
+--           fire time} (--every: a success of the trigger's slot; --min-interval: a success that
 --           started too recently); nothing is changed but a killed run's record.
+-- Another rule: {4, the rule NAME's record was written with, version}; nothing is changed.
 -- Busy:     {0, holder's PTTL (-2 when free but another waiter's turn), holder's value (false when
 --            the caller is queued), version, ms left of that waiter's turn (0 when the lock is held),
---            the caller's place in the queue (0 first, -1 not queued), the queue's length}.
+--            the caller's place in the queue (0 first, -1 not queued), the queue's length,
+--            the server's time (microseconds; '' without records), the run in progress (false: none)}.
 -- Another limit: {2, the limit NAME's slots are held with (--limit N), version}; nothing is changed.
 -- token = max(counter + 1, server time in microseconds), returned as a string so it always prints as
 -- a plain integer. While the counter survives, tokens increase. When it was lost (a restart without
@@ -29,13 +35,29 @@ local lock, queue, turn = KEYS[1], KEYS[3], KEYS[5]
 local owner = ARGV[1]
 local fair, queued = ARGV[5] == '1', ARGV[6] == '1'
 local wake, turn_ms = ARGV[7], tonumber(ARGV[8])
+local base = ARGV[11]
+local records_ttl, keep = tonumber(ARGV[13] or ''), tonumber(ARGV[14] or '')
+local records = base and records_ttl and keep
+local now_us = records and server_now_us() or nil
+local rule = ARGV[19] or ''
+
+-- Triggers of one lock share one rule (--every, --slot-offset, --min-interval, --records-ttl).
+if records and rule ~= '' then
+  local stored = redis.call('GET', base .. 'rule')
+  if stored and stored ~= rule then return {4, stored, version} end
+end
 
 -- A busy reply: the caller's place in the queue and the queue's length; a queued caller that is not
--- in the queue joins it at the end.
+-- in the queue joins it at the end. With records, the server's time and the run in progress.
 local function busy(pttl, holder, turn_left)
-  if not queued then return {0, pttl, holder, version, turn_left, -1, 0} end
+  local now_text, run = '', false
+  if records then
+    now_text = string.format('%.0f', now_us)
+    run = redis.call('GET', base .. 'run') or false
+  end
+  if not queued then return {0, pttl, holder, version, turn_left, -1, 0, now_text, run} end
   local rank, length = place_in_queue(queue, KEYS[4], owner)
-  return {0, pttl, false, version, turn_left, rank, length}
+  return {0, pttl, false, version, turn_left, rank, length, now_text, run}
 end
 
 if queued then
@@ -88,31 +110,34 @@ end
 
 -- The lock is this caller's to take: first what the record of runs says (a run that ended without a
 -- release is recorded as killed; --min-interval looks at the last success).
-local base, now_us = ARGV[11], nil
-local records_ttl, keep = tonumber(ARGV[13] or ''), tonumber(ARGV[14] or '')
-if base and records_ttl and keep then
-  now_us = server_now_us()
+local fire = tonumber(ARGV[18] or '') or now_us
+if records then
   record_killed(base, records_ttl, keep)
   record_killed_slots(base, ARGV[10], records_ttl, keep)
-  local min_ms = tonumber(ARGV[12]) or 0
-  if min_ms > 0 then
-    local last = too_recent(base, now_us, min_ms)
-    if last then return {3, last, string.format('%.0f', now_us), version} end
+  local min_ms, period_ms, offset_ms = tonumber(ARGV[12]) or 0, tonumber(ARGV[16] or '') or 0, tonumber(ARGV[17] or '') or 0
+  if min_ms > 0 or period_ms > 0 then
+    local done = already_done(base, fire, min_ms, period_ms, offset_ms)
+    if done then return {3, done, string.format('%.0f', now_us), version, string.format('%.0f', fire)} end
   end
+  if rule ~= '' then redis.call('SET', base .. 'rule', rule, 'PX', records_ttl) end
 end
 
 local text, behind_us = next_token(KEYS[2])
 if not text then return behind_us end
 local value = owner .. ' ' .. text .. ' ' .. ARGV[3] .. ' ' .. ARGV[4]
 redis.call('SET', lock, value, 'PX', ARGV[2])
-local started = ''
+local started, fired = '', ''
 if now_us then
   started = string.format('%.0f', now_us)
-  redis.call('SET', base .. 'run', table.concat({owner, started, text, ARGV[3], ARGV[4], ARGV[15]}, ' '),
-             'PX', records_ttl)
+  local run = {owner, started, text, ARGV[3], ARGV[4], ARGV[15]}
+  if rule ~= '' then
+    fired = string.format('%.0f', fire)
+    run[7] = fired
+  end
+  redis.call('SET', base .. 'run', table.concat(run, ' '), 'PX', records_ttl)
 end
 if queued then
   redis.call('ZREM', queue, owner)
   tell_first(queue, wake, ARGV[2])
 end
-return {1, text, value, version, behind_us, 0, started}
+return {1, text, value, version, behind_us, 0, started, fired}

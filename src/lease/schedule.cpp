@@ -1,0 +1,105 @@
+#include "lease/schedule.hpp"
+
+#include <charconv>
+#include <ctime>
+#include <vector>
+
+#include "log/log.hpp"
+#include "util/duration.hpp"
+
+namespace fencerun::lease {
+
+std::int64_t slot_index(std::uint64_t t_us, const Every& every) {
+  const auto period = static_cast<std::int64_t>(every.period.count()) * 1000;
+  const auto t = static_cast<std::int64_t>(t_us) - static_cast<std::int64_t>(every.offset.count()) * 1000;
+  if (period <= 0) return 0;
+  // floor division: a time before the first slot's start is in slot -1, not 0
+  return t >= 0 ? t / period : -((-t + period - 1) / period);
+}
+
+std::uint64_t slot_start_us(std::int64_t slot, const Every& every) {
+  return static_cast<std::uint64_t>(slot * every.period.count() * 1000 + every.offset.count() * 1000);
+}
+
+bool run_counts_for(const ScheduleRule& rule, std::uint64_t start_us, std::optional<std::uint64_t> run_fired_us,
+                    std::uint64_t fired_us) {
+  if (rule.every) return slot_index(run_fired_us.value_or(start_us), *rule.every) == slot_index(fired_us, *rule.every);
+  if (rule.min_interval) {
+    const auto i = static_cast<std::int64_t>(rule.min_interval->count()) * 1000;
+    return static_cast<std::int64_t>(fired_us) - static_cast<std::int64_t>(start_us) < i;
+  }
+  return false;
+}
+
+namespace {
+// "3.2s ago", or for a time after `now_us` "3.2s in the future (clock skew?)".
+std::string ago(std::uint64_t then_us, std::uint64_t now_us) {
+  if (then_us > now_us + 1000) return age_text(now_us, then_us) + " in the future (clock skew?)";
+  return age_text(then_us, now_us) + " ago";
+}
+}  // namespace
+
+void log_skipped(const std::string& lock, const ScheduleRule& rule, const std::string& record, std::uint64_t now_us,
+                 std::uint64_t fired_us, bool in_progress) {
+  const auto r = parse_run_record(record);
+  std::string why, slot_text;
+  if (rule.every) {
+    slot_text = rfc3339_utc(slot_start_us(slot_index(fired_us, *rule.every), *rule.every));
+    why = "the slot of " + slot_text + " (--every " + util::format_duration(rule.every->period) + ")" +
+          (in_progress ? " is being run" : " already ran");
+  } else if (rule.min_interval) {
+    const std::string i = util::format_duration(*rule.min_interval);
+    why = in_progress ? "a run that started less than --min-interval " + i + " before this trigger is still running"
+                      : "the last success started less than --min-interval " + i + " before this trigger";
+  }
+  const std::string host = r ? r->host : "unknown";
+  const std::string start = r ? std::to_string(r->start_us) : "unknown";
+  const std::string token = r && r->token ? std::to_string(*r->token) : "unknown";
+  if (r) why += (in_progress ? ": started " : ": ok, started ") + ago(r->start_us, now_us) + " on " + host + " (token " + token + ")";
+  log::event(log::Level::info, "skipped", "skipped: " + why,
+             {{"lock", lock},
+              {"slot_start", slot_text.empty() ? "none" : slot_text},
+              {"in_progress", in_progress ? "true" : "false"},
+              {"last_success_host", host},
+              {"last_success_start_us", start},
+              {"last_success_token", token}});
+}
+
+std::string schedule_rule(const std::optional<Every>& every, std::optional<std::chrono::milliseconds> min_interval,
+                          std::chrono::milliseconds records_ttl) {
+  if (every)
+    return "every " + std::to_string(every->period.count()) + " " + std::to_string(every->offset.count()) + " " +
+           std::to_string(records_ttl.count());
+  if (min_interval) return "interval " + std::to_string(min_interval->count()) + " " + std::to_string(records_ttl.count());
+  return {};
+}
+
+std::string schedule_rule_options(std::string_view rule) {
+  std::vector<long long> n;
+  std::string_view kind = rule.substr(0, rule.find(' '));
+  std::string_view rest = rule.size() > kind.size() ? rule.substr(kind.size() + 1) : std::string_view{};
+  while (!rest.empty()) {
+    auto sp = rest.find(' ');
+    long long v = 0;
+    auto part = rest.substr(0, sp);
+    if (std::from_chars(part.data(), part.data() + part.size(), v).ec != std::errc{}) return std::string(rule);
+    n.push_back(v);
+    rest = sp == std::string_view::npos ? std::string_view{} : rest.substr(sp + 1);
+  }
+  auto d = [](long long ms) { return util::format_duration(std::chrono::milliseconds(ms)); };
+  if (kind == "every" && n.size() == 3)
+    return "--every " + d(n[0]) + (n[1] ? " --slot-offset " + d(n[1]) : "") + " --records-ttl " + d(n[2]);
+  if (kind == "interval" && n.size() == 2) return "--min-interval " + d(n[0]) + " --records-ttl " + d(n[1]);
+  return std::string(rule);
+}
+
+std::string rfc3339_utc(std::uint64_t us) {
+  const std::time_t t = static_cast<std::time_t>(us / 1'000'000);
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+}  // namespace fencerun::lease
