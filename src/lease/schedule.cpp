@@ -31,6 +31,28 @@ bool run_counts_for(const ScheduleRule& rule, std::uint64_t start_us, std::optio
   return false;
 }
 
+std::optional<std::string> already_done(const ScheduleRule& rule, std::uint64_t fired_us,
+                                        const std::optional<std::string>& ok, const std::vector<std::string>& runs) {
+  if (!ok) return std::nullopt;
+  const auto last = parse_run_record(*ok);
+  if (!last) return std::nullopt;
+  if (rule.every) {
+    const auto k = slot_index(fired_us, *rule.every);
+    const auto last_slot = slot_index(fired_us_of(*last), *rule.every);
+    if (last_slot == k) return ok;
+    if (k < last_slot)
+      for (const auto& text : runs)
+        if (auto r = parse_run_record(text); r && r->outcome == "ok" && slot_index(fired_us_of(*r), *rule.every) == k)
+          return text;
+    return std::nullopt;
+  }
+  if (rule.min_interval) {
+    const auto i = static_cast<std::int64_t>(rule.min_interval->count()) * 1000;
+    if (static_cast<std::int64_t>(fired_us) - static_cast<std::int64_t>(last->start_us) < i) return ok;
+  }
+  return std::nullopt;
+}
+
 namespace {
 // "3.2s ago", or for a time after `now_us` "3.2s in the future (clock skew?)".
 std::string ago(std::uint64_t then_us, std::uint64_t now_us) {

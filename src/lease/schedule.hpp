@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "lease/run_record.hpp"
 
@@ -44,6 +45,14 @@ struct ScheduleRule {
 bool run_counts_for(const ScheduleRule& rule, std::uint64_t start_us, std::optional<std::uint64_t> run_fired_us,
                     std::uint64_t fired_us);
 
+// The record that makes the run of a trigger fired at `fired_us` unnecessary, or nullopt: with
+// --every, a success recorded for its slot (`ok`, the last success; else, for a trigger of an older
+// slot, an ok record among `runs`); with --min-interval, an `ok` that started less than the interval
+// before it fired (or after). All times on one clock. The Redis scripts' already_done (_runs.lua) is
+// the same rule.
+std::optional<std::string> already_done(const ScheduleRule& rule, std::uint64_t fired_us,
+                                        const std::optional<std::string>& ok, const std::vector<std::string>& runs);
+
 // The `skipped` event: `record` (a run record, or with `in_progress` the run in progress as a record)
 // makes the run of the trigger fired at `fired_us` unnecessary; `now_us` is the server's time.
 void log_skipped(const std::string& lock, const ScheduleRule& rule, const std::string& record, std::uint64_t now_us,
@@ -57,7 +66,7 @@ std::string schedule_rule(const std::optional<Every>& every, std::optional<std::
 std::string schedule_rule_options(std::string_view rule);
 
 // The time a record counts for: its trigger's fire time, else (older records) its start.
-inline std::uint64_t fired_us(const RunRecord& r) { return r.fire_us.value_or(r.start_us); }
+inline std::uint64_t fired_us_of(const RunRecord& r) { return r.fire_us.value_or(r.start_us); }
 
 // RFC 3339 in UTC with seconds ("2026-12-05T10:00:00Z").
 std::string rfc3339_utc(std::uint64_t us);

@@ -66,12 +66,12 @@ TEST(slots, a_record_carries_its_fire_time_and_older_ones_parse) {
   auto r = parse_run_record(old);
   ASSERT_TRUE(r);
   EXPECT_FALSE(r->fire_us);
-  EXPECT_EQ(fired_us(*r), 100u);
+  EXPECT_EQ(fired_us_of(*r), 100u);
   EXPECT_EQ(run_record_line(*r), old);
   auto n = parse_run_record(old + " 90");
   ASSERT_TRUE(n);
   EXPECT_EQ(n->fire_us, 90u);
-  EXPECT_EQ(fired_us(*n), 90u);
+  EXPECT_EQ(fired_us_of(*n), 90u);
   EXPECT_EQ(run_record_line(*n), old + " 90");
   EXPECT_NE(run_record_json(*n).find("\"fired_us\":90"), std::string::npos);
   EXPECT_FALSE(parse_run_record(old + " x"));
@@ -91,6 +91,36 @@ TEST(slots, the_job_is_told_its_slot_start) {
   EXPECT_EQ(find("FENCERUN_SLOT_START_UNIX"), "1796464800");
   JobFacts none;
   EXPECT_EQ(job_environment(none).size(), env.size() - 2);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(slots, already_done_is_a_success_of_the_trigger_slot) {
+  const ScheduleRule every{Every{milliseconds(6000), milliseconds(0)}, std::nullopt};
+  // Slot 6 (36-42 s): its trigger fired at 37 s, started late at 43.2 s, in slot 7.
+  const std::string late_ok = "43200000 43400000 ok 0 - 7 42 h 0.1.0 37000000";
+  // A trigger of slot 7 runs: the late success is slot 6's.
+  EXPECT_FALSE(already_done(every, s(43), late_ok, {late_ok}));
+  // Another trigger of slot 6 is skipped.
+  EXPECT_EQ(already_done(every, s(41), late_ok, {late_ok}), late_ok);
+  // A trigger of slot 5 that waited: slot 5's success is found among the runs kept.
+  const std::string slot5 = "31000000 31100000 ok 0 - 6 42 h 0.1.0 30500000";
+  const std::string failed5 = "30100000 30200000 failed 3 - 5 42 h 0.1.0 30000000";
+  EXPECT_EQ(already_done(every, s(32), late_ok, {late_ok, slot5, failed5}), slot5);
+  // A slot whose only run failed is run again.
+  EXPECT_FALSE(already_done(every, s(32), late_ok, {late_ok, failed5}));
+  EXPECT_FALSE(already_done(every, s(43), std::nullopt, {}));
+}
+
+TEST(slots, already_done_by_interval_is_judged_at_the_fire_time) {
+  const ScheduleRule interval{std::nullopt, milliseconds(5000)};
+  const std::string ok = "10000000 13500000 ok 0 - 7 42 h 0.1.0";
+  EXPECT_EQ(already_done(interval, s(14), ok, {}), ok);
+  EXPECT_FALSE(already_done(interval, s(15), ok, {}));
+  // A waiter that fired before the success started is skipped by it.
+  EXPECT_EQ(already_done(interval, s(9), ok, {}), ok);
 }
 
 }  // namespace
