@@ -87,6 +87,13 @@ void log_skipped(const std::string& lock, const ScheduleRule& rule, const std::s
               {"last_success_token", token}});
 }
 
+void log_rule_mismatch(const std::string& lock, const std::string& held, const std::string& mine) {
+  log::event(log::Level::error, "rule_mismatch",
+             "lock '" + lock + "' runs with " + schedule_rule_options(held) + "; this run asks for " +
+                 schedule_rule_options(mine) + " (all triggers of a lock must use the same rule)",
+             {{"lock", lock}, {"held_rule", held}, {"rule", mine}});
+}
+
 std::string schedule_rule(const std::optional<Every>& every, std::optional<std::chrono::milliseconds> min_interval,
                           std::chrono::milliseconds records_ttl) {
   if (every)

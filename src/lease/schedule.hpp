@@ -58,6 +58,9 @@ std::optional<std::string> already_done(const ScheduleRule& rule, std::uint64_t 
 void log_skipped(const std::string& lock, const ScheduleRule& rule, const std::string& record, std::uint64_t now_us,
                  std::uint64_t fired_us, bool in_progress);
 
+// The `rule_mismatch` event: NAME's record was written with rule `held`, this trigger has `mine`.
+void log_rule_mismatch(const std::string& lock, const std::string& held, const std::string& mine);
+
 // The rule a lock's triggers share, as stored beside its record: "every PERIOD_MS OFFSET_MS TTL_MS",
 // "interval MIN_MS TTL_MS", or "" (no rule: a plain run, checked against nothing).
 std::string schedule_rule(const std::optional<Every>& every, std::optional<std::chrono::milliseconds> min_interval,

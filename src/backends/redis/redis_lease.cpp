@@ -400,12 +400,8 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> RedisLease::acquire(Waite
     }
     if (auto* skipped = std::get_if<Skipped>(&*result)) return skip(*skipped);
     if (auto* other = std::get_if<RuleMismatch>(&*result)) {
-      const std::string mine = schedule_rule(m_request.every, m_request.min_interval, m_request.records.ttl);
-      log::event(log::Level::error, "rule_mismatch",
-                 "lock '" + m_request.lock + "' runs with " + schedule_rule_options(other->rule) +
-                     "; this run asks for " + schedule_rule_options(mine) +
-                     " (all triggers of a lock must use the same rule)",
-                 {{"lock", m_request.lock}, {"held_rule", other->rule}, {"rule", mine}});
+      log_rule_mismatch(m_request.lock, other->rule,
+                        schedule_rule(m_request.every, m_request.min_interval, m_request.records.ttl));
       leave_queue();
       waited = since(began);
       NotAcquired why{NotAcquired::Reason::rule_mismatch};
