@@ -12,7 +12,8 @@ __fencerun_takes_value()
             --conflict-exit-code | --lease-lost-exit-code | --timeout | --key-prefix | --log-format | \
             --metrics-file | --min-replicas | --replica-timeout | --limit | --tls-ca-file | --tls-cert | \
             --tls-key | --tls-server-name | --token | --resource | --owner | --above | --min-interval | \
-            --every | --slot-offset | --lock-delay | --skip-exit-code | --records-ttl | --keep-runs | -n | --count)
+            --every | --slot-offset | --if-record-lost | --lock-delay | --skip-exit-code | --records-ttl | \
+            --keep-runs | -n | --count)
             return 0
             ;;
     esac
@@ -61,6 +62,10 @@ _fencerun()
             COMPREPLY=($(compgen -W 'text json' -- "$cur"))
             return
             ;;
+        --if-record-lost)
+            COMPREPLY=($(compgen -W 'run skip' -- "$cur"))
+            return
+            ;;
         -r | --server | --redis)
             # Redis (one server, Sentinel, a Cluster node) or an etcd cluster; -r given 3, 5 or 7
             # times is quorum mode.
@@ -99,7 +104,7 @@ _fencerun()
         --tls-server-name --tls-insecure -v --verbose -q --quiet --log-format -h --help'
     local run_opts='-t --ttl --renew --grace --kill-signal -w --wait --fair --limit -E --conflict-exit-code
         --lease-lost-exit-code --shell --metrics-file --min-replicas --replica-timeout --min-interval
-        --every --slot-offset --lock-delay --skip-exit-code --records-ttl --keep-runs'
+        --every --slot-offset --if-record-lost --lock-delay --skip-exit-code --records-ttl --keep-runs'
 
     if [[ $cur == -* ]]; then
         case $subcommand in

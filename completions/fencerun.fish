@@ -18,7 +18,7 @@ function __fencerun_first_word
         switch $t
             case --
                 return 1
-            case -r --server --redis -t --ttl --renew --grace --kill-signal -w --wait -E --conflict-exit-code --lease-lost-exit-code --timeout --key-prefix --log-format --metrics-file --min-replicas --replica-timeout --limit --tls-ca-file --tls-cert --tls-key --tls-server-name --owner --above --min-interval --every --slot-offset --lock-delay --skip-exit-code --records-ttl --keep-runs -n --count
+            case -r --server --redis -t --ttl --renew --grace --kill-signal -w --wait -E --conflict-exit-code --lease-lost-exit-code --timeout --key-prefix --log-format --metrics-file --min-replicas --replica-timeout --limit --tls-ca-file --tls-cert --tls-key --tls-server-name --owner --above --min-interval --every --slot-offset --if-record-lost --lock-delay --skip-exit-code --records-ttl --keep-runs -n --count
                 set skip 1
             case '-*'
             case '*'
@@ -137,6 +137,7 @@ complete -c fencerun -n $run_cond -l min-interval -x -d 'Skip the run when the l
 complete -c fencerun -n $run_cond -l lock-delay -x -d 'etcd: wait DUR after a holder vanished during its run'
 complete -c fencerun -n $run_cond -l every -x -d 'Once per slot of DUR: skip when the slot already succeeded'
 complete -c fencerun -n $run_cond -l slot-offset -x -d 'Slots of --every start DUR after each multiple of the period'
+complete -c fencerun -n $run_cond -l if-record-lost -x -a 'run skip' -d 'When the record of runs is missing on the server'
 complete -c fencerun -n $run_cond -l skip-exit-code -x -d 'Exit code when --every or --min-interval skips the run'
 complete -c fencerun -n $run_cond -l records-ttl -x -d 'How long the record of runs is kept after the last run'
 complete -c fencerun -n $run_cond -l keep-runs -x -d 'How many runs the record keeps (1 to 1000)'

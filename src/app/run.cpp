@@ -86,6 +86,7 @@ lease::LeaseRequest lease_request(const config::Config& c) {
   r.records = c.run.records;
   r.min_interval = c.run.min_interval;
   r.every = c.run.every;
+  r.skip_if_record_lost = c.run.skip_if_record_lost;
   r.lock_delay = c.run.lock_delay;
   r.version = FENCERUN_VERSION;
   return r;

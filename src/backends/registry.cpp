@@ -26,8 +26,9 @@ constexpr std::array<std::string_view, 2> k_etcd_schemes = {"etcd", "etcds"};
 constexpr std::string_view k_no_early_expiry =
     "a Redis key is deleted only when its TTL ran out on the server, after the holder's own deadline";
 constexpr std::array<Unsupported, 1> k_redis_lacks = {{{C::lock_delay, k_no_early_expiry}}};
-constexpr std::array<Unsupported, 8> k_quorum_lacks = {{
+constexpr std::array<Unsupported, 9> k_quorum_lacks = {{
     {C::lock_delay, k_no_early_expiry},
+    {C::if_record_lost, "not yet"},
     {C::every, "not yet: use --min-interval"},
     {C::limit, ""},
     {C::fair, ""},
@@ -36,8 +37,9 @@ constexpr std::array<Unsupported, 8> k_quorum_lacks = {{
     {C::bump, "give one server's URL to bump its counter"},
     {C::acl, "give one server's URL (every server takes the same rule)"},
 }};
-constexpr std::array<Unsupported, 6> k_etcd_lacks = {{
+constexpr std::array<Unsupported, 7> k_etcd_lacks = {{
     {C::limit, ""},
+    {C::if_record_lost, "not yet"},
     {C::every, "not yet: use --min-interval"},
     {C::min_replicas,
      "not needed: a write is acknowledged only once a majority of the cluster's members has it in its Raft log"},
@@ -49,7 +51,8 @@ constexpr std::array<Unsupported, 6> k_etcd_lacks = {{
 }};
 
 constexpr Capabilities k_all = C::limit | C::fair | C::min_replicas | C::min_interval | C::break_lock | C::bump |
-                               C::acl | C::shared_connection | C::lock_delay | C::every;
+                               C::acl | C::shared_connection | C::lock_delay | C::every |
+                               C::if_record_lost;
 
 constexpr Capabilities without(Capabilities all, std::span<const Unsupported> lacks) {
   for (const auto& u : lacks) all.bits &= ~static_cast<std::uint32_t>(u.capability);
@@ -181,6 +184,7 @@ std::string_view capability_name(Capability c) {
     case C::shared_connection: return "the shared connection";
     case C::lock_delay: return "--lock-delay";
     case C::every: return "--every";
+    case C::if_record_lost: return "--if-record-lost skip";
   }
   return "?";
 }

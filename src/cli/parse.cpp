@@ -242,6 +242,12 @@ constexpr std::array k_options = {
   OptionSpec{0, "slot-offset", "DUR", k_run,
     [](Options& o, std::string_view, std::string_view v) { o.slot_offset = s(v); },
     "--every: slots start DUR after each multiple of the\nperiod since the epoch (default: 0)"},
+  OptionSpec{0, "if-record-lost", "run|skip", k_run,
+    [](Options& o, std::string_view, std::string_view v) { o.if_record_lost = s(v); },
+    "when NAME's record of runs is missing on the server\n"
+    "(lost with its data, or never started): run anyway\n"
+    "(default), or skip: run nothing until one run without\n"
+    "it starts the record"},
   OptionSpec{0, "lock-delay", "DUR", k_run,
     [](Options& o, std::string_view, std::string_view v) { o.lock_delay = s(v); },
     "etcd: when the last holder vanished (its lease\n"

@@ -273,6 +273,12 @@ Config make_config(const Options& o, const GetEnv& getenv, const ParseSignal& pa
     if (c.run.limit > 1) throw UsageError("--every: not with --limit N (a counting lock)");
     c.run.every = lease::Every{p, offset};
   }
+  if (o.if_record_lost) {
+    if (*o.if_record_lost == "skip") c.run.skip_if_record_lost = true;
+    else if (*o.if_record_lost != "run")
+      throw UsageError("--if-record-lost: 'run' or 'skip', got '" + *o.if_record_lost + "'");
+    if (!o.every && !o.min_interval) throw UsageError("--if-record-lost: only with --every or --min-interval");
+  }
   if (c.run.skip_exit_code == c.run.conflict_exit_code && (o.every || o.min_interval))
     throw UsageError("--skip-exit-code " + std::to_string(c.run.skip_exit_code) +
                      " is the busy code (--conflict-exit-code): a skipped trigger could not be told from a busy one");
@@ -293,6 +299,7 @@ Config make_config(const Options& o, const GetEnv& getenv, const ParseSignal& pa
   require(c.run.min_interval.has_value(), lease::Capability::min_interval);
   require(c.run.lock_delay.has_value(), lease::Capability::lock_delay);
   require(c.run.every.has_value(), lease::Capability::every);
+  require(c.run.skip_if_record_lost, lease::Capability::if_record_lost);
   if (c.run.min_replicas > 0 && c.run.replica_timeout * 2 >= c.run.timing.ttl)
     throw UsageError("--replica-timeout: " + format_duration(c.run.replica_timeout) +
                      " must be shorter than half of --ttl " + format_duration(c.run.timing.ttl));

@@ -57,6 +57,7 @@ struct RunConfig {
   int skip_exit_code = exit_code::k_skipped_default;
   std::optional<milliseconds> min_interval;  // --min-interval
   std::optional<lease::Every> every;         // --every, --slot-offset
+  bool skip_if_record_lost = false;          // --if-record-lost skip
   std::optional<milliseconds> lock_delay;    // --lock-delay (etcd)
   lease::RecordSettings records;             // --records-ttl, --keep-runs
   std::vector<std::string> command;  // with --shell: {"/bin/sh", "-c", COMMAND}

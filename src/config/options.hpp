@@ -41,6 +41,7 @@ struct Options {
   std::optional<std::string> min_interval;
   std::optional<std::string> every;
   std::optional<std::string> slot_offset;
+  std::optional<std::string> if_record_lost;
   std::optional<std::string> lock_delay;
   std::optional<std::string> records_ttl;
   std::optional<std::string> keep_runs;

@@ -38,6 +38,7 @@ enum class Capability : std::uint32_t {
   shared_connection = 1u << 7,  // the job's nested fencerun commands reuse the run's credentials
   lock_delay = 1u << 8,     // --lock-delay: a vanished holder's run is waited out
   every = 1u << 9,          // --every: once per schedule slot, judged by the trigger's fire time
+  if_record_lost = 1u << 10,  // --if-record-lost skip: the record's marker, kept with the token counter
 };
 
 struct Capabilities {

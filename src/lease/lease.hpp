@@ -48,6 +48,8 @@ struct LeaseRequest {
   // trigger fired in (schedule.hpp).
   std::optional<Every> every;
   ScheduleRule rule() const { return {every, min_interval}; }
+  // --if-record-lost skip: no run while NAME's record is missing on the server (lost, or never started).
+  bool skip_if_record_lost = false;
   // --lock-delay: how long the next holder waits after a holder vanished without releasing (its key
   // revoked, expired or broken while its run was in progress). nullopt: that holder's TTL.
   std::optional<milliseconds> lock_delay;

@@ -87,6 +87,21 @@ void log_skipped(const std::string& lock, const ScheduleRule& rule, const std::s
               {"last_success_token", token}});
 }
 
+void log_record_lost(const std::string& lock, bool skipped) {
+  if (skipped) {
+    log::event(log::Level::warn, "record_lost",
+               "skipped: no record of the runs of '" + lock + "' on the server (lost with its data in a restart "
+               "without persistence or a failover, or never started), and --if-record-lost skip: to start it, run "
+               "once without --if-record-lost skip",
+               {{"lock", lock}, {"skipped", "true"}});
+    return;
+  }
+  log::event(log::Level::info, "record_lost",
+             "no record of the runs of '" + lock + "' on the server: its first run, or the record was lost with the "
+             "server's data (a period may run twice); this run starts it",
+             {{"lock", lock}, {"skipped", "false"}});
+}
+
 void log_rule_mismatch(const std::string& lock, const std::string& held, const std::string& mine) {
   log::event(log::Level::error, "rule_mismatch",
              "lock '" + lock + "' runs with " + schedule_rule_options(held) + "; this run asks for " +

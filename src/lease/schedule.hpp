@@ -58,6 +58,11 @@ std::optional<std::string> already_done(const ScheduleRule& rule, std::uint64_t 
 void log_skipped(const std::string& lock, const ScheduleRule& rule, const std::string& record, std::uint64_t now_us,
                  std::uint64_t fired_us, bool in_progress);
 
+// The `record_lost` event: NAME's record of runs has no marker on the server (its first run, or lost
+// with the server's data). `skipped`: --if-record-lost skip, nothing runs (warning); else the run goes
+// on and starts the record (info).
+void log_record_lost(const std::string& lock, bool skipped);
+
 // The `rule_mismatch` event: NAME's record was written with rule `held`, this trigger has `mine`.
 void log_rule_mismatch(const std::string& lock, const std::string& held, const std::string& mine);
 

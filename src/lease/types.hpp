@@ -38,6 +38,7 @@ struct Acquired {
   std::chrono::microseconds server_clock_gap{0};
   std::string started_us;  // the run's start, server time (empty when the script keeps no record)
   std::string fired_us;    // its trigger's fire time, server time (empty without --every/--min-interval)
+  bool new_record = false;  // the record's marker was missing: this run starts NAME's record
 };
 
 // The lock is busy: what a waiter needs to know.
@@ -59,6 +60,7 @@ struct Skipped {
   std::uint64_t now_us = 0;   // server time
   std::uint64_t fired_us = 0;  // the trigger's fire time (server time; 0 unknown)
   bool in_progress = false;
+  bool record_lost = false;  // --if-record-lost skip: NAME's record is missing (last_success empty)
 };
 
 // The lock's record was written with another rule (--every, --slot-offset, --min-interval,

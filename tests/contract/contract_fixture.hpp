@@ -57,17 +57,22 @@ struct Capabilities {
   bool break_lock;            // `break NAME --yes`
   bool last_token_when_free;  // status --json has last_token once the lock is free again
   bool every;                 // --every: once per schedule slot
+  bool if_record_lost;        // --if-record-lost skip
 };
 
 inline Capabilities capabilities(SetupId s) {
   switch (s) {
-    case SetupId::redis: return {.fair = true, .break_lock = true, .last_token_when_free = true, .every = true};
-    case SetupId::sentinel: return {.fair = true, .break_lock = true, .last_token_when_free = true, .every = true};
+    case SetupId::redis: return {.fair = true, .break_lock = true, .last_token_when_free = true, .every = true,
+                                 .if_record_lost = true};
+    case SetupId::sentinel:
+      return {.fair = true, .break_lock = true, .last_token_when_free = true, .every = true, .if_record_lost = true};
     // Quorum mode refuses --fair and break (exit 64).
-    case SetupId::quorum: return {.fair = false, .break_lock = false, .last_token_when_free = true, .every = false};
+    case SetupId::quorum: return {.fair = false, .break_lock = false, .last_token_when_free = true, .every = false,
+                                  .if_record_lost = false};
     // etcd's queue is first come, first served (--fair is accepted and is how it always works);
     // its last token is the newest key's, so a free lock has none (the record keeps it).
-    case SetupId::etcd: return {.fair = true, .break_lock = true, .last_token_when_free = false, .every = false};
+    case SetupId::etcd: return {.fair = true, .break_lock = true, .last_token_when_free = false, .every = false,
+                                .if_record_lost = false};
   }
   return {};
 }

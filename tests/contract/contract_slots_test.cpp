@@ -150,6 +150,40 @@ TEST_P(Slots, AnotherRuleIsRefusedNamingBoth) {
   EXPECT_EQ(run(sh_args("rule", "echo ran")).out, "ran\n");
 }
 
+// --if-record-lost skip: while NAME's record is missing on the server (never started, or lost with
+// the server's data) no trigger runs; one run without the flag starts it. On one Redis server
+// restarted without persistence, the slot that already ran is not run a second time by the triggers
+// with the flag (those without it run: the record is gone, which the run logs).
+TEST_P(Slots, MissingRecordRunsNothingUnderSkip) {
+  const std::vector<std::string> skip = {"--every", "1h", "--if-record-lost", "skip", "--skip-exit-code",
+                                         std::to_string(kSkipCode)};
+  if (!caps().if_record_lost) {
+    auto r = run(sh_args("lost", "echo ran", {"--min-interval", "1h", "--if-record-lost", "skip"}));
+    EXPECT_EQ(r.exit_code, 64) << r;
+    EXPECT_NE(r.err.find("--if-record-lost skip: not supported on"), std::string::npos) << r;
+    return;
+  }
+  // Never started: nothing runs, and the message says how to start it.
+  auto r = run(sh_args("lost", "echo ran", skip));
+  EXPECT_EQ(r.exit_code, kSkipCode) << r;
+  EXPECT_EQ(r.out, "") << r;
+  EXPECT_NE(r.err.find("run once without --if-record-lost skip"), std::string::npos) << r;
+  // Started by one run without the flag; then the flag's triggers are judged by the record.
+  r = run(sh_args("lost", "echo ran", {"-v", "--every", "1h"}));
+  EXPECT_EQ(r.out, "ran\n") << r;
+  EXPECT_NE(r.err.find("this run starts it"), std::string::npos) << "the first run says it starts the record\n" << r;
+  r = run(sh_args("lost", "echo ran", skip));
+  EXPECT_EQ(r.exit_code, kSkipCode) << r;
+  EXPECT_EQ(r.out, "") << r;
+  if (setup() != SetupId::redis) return;
+  // The server restarted without its data: the slot is not run again under skip.
+  backend_as<RedisBackend>().server().restart();
+  r = run(sh_args("lost", "echo ran", skip));
+  EXPECT_EQ(r.exit_code, kSkipCode) << r;
+  EXPECT_EQ(r.out, "") << r;
+  EXPECT_NE(r.err.find("lost with its data"), std::string::npos) << r;
+}
+
 INSTANTIATE_TEST_SUITE_P(Contract, Slots, kAllSetups, setup_name);
 
 }  // namespace

@@ -198,15 +198,17 @@ TEST_F(CronTest, StatusListAndHistoryShowTheRecords) {
 }
 
 // A NAME unused for longer than the records' TTL leaves no record behind (the token counter stays,
-// as it always does: tokens must keep increasing).
+// as it always does: tokens must keep increasing; and with it the marker that the record was started,
+// which --if-record-lost reads: expired is not lost).
 TEST_F(CronTest, RecordsExpire) {
   ASSERT_EQ(job("true", {"--records-ttl", "1s", "--min-interval", "1s"}).exit_code, 0);
   ASSERT_EQ(job("exit 2", {"--records-ttl", "1s"}).exit_code, 2);
   EXPECT_TRUE(redis().exists("fencerun:{job}:runs"));
   EXPECT_TRUE(redis().exists("fencerun:{job}:ok"));
   EXPECT_LE(redis().pttl("fencerun:{job}:runs"), 1000);
-  ASSERT_TRUE(wait_until([&] { return redis().keys().size() == 1; }, 10s));
-  EXPECT_EQ(redis().keys(), std::vector<std::string>{"fencerun:{job}:token"});
+  EXPECT_LE(redis().pttl("fencerun:{job}:rule"), 1000);
+  ASSERT_TRUE(wait_until([&] { return redis().keys().size() == 2; }, 10s));
+  EXPECT_EQ(redis().keys(), (std::vector<std::string>{"fencerun:{job}:since", "fencerun:{job}:token"}));
   auto h = run({"-r", redis().url(), "history", "job"});
   EXPECT_EQ(h.exit_code, 3) << h;
   EXPECT_EQ(h.out, "job: no runs recorded\n");

@@ -860,6 +860,7 @@ Options asking_for(fencerun::lease::Capability capability, std::vector<std::stri
     case C::shared_connection: break;
     case C::lock_delay: o.lock_delay = "5s"; break;
     case C::every: o.every = "1h"; break;
+    case C::if_record_lost: o.if_record_lost = "skip", o.min_interval = "1m"; break;
   }
   return o;
 }
@@ -871,7 +872,7 @@ Options asking_for(fencerun::lease::Capability capability, std::vector<std::stri
 TEST(capabilities, every_backend_refuses_exactly_what_it_declares_it_lacks) {
   using C = fencerun::lease::Capability;
   const C asked[] = {C::limit, C::fair, C::min_replicas, C::min_interval, C::break_lock, C::bump, C::acl,
-                     C::lock_delay, C::every};
+                     C::lock_delay, C::every, C::if_record_lost};
   ASSERT_EQ(fencerun::lease::backends().size(), 3u);
   for (const auto& b : fencerun::lease::backends()) {
     const auto urls = urls_of(b.name);

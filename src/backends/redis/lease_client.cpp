@@ -23,7 +23,7 @@ LockKeys keys_for(std::string_view prefix, std::string_view name) {
 redis::Result<AcquireResult> parse_acquire_reply(const Reply& reply, Deadline sent) {
   const auto& e = reply.elements;
   if (!reply.is_array() || e.size() < 2 || e[0].type != Reply::Type::integer ||
-      (e[0].integer != 2 && e[0].integer != 4 && e.size() < 4))
+      (e[0].integer != 2 && e[0].integer != 4 && e[0].integer != 5 && e.size() < 4))
     return std::unexpected(protocol_error("unexpected reply to the acquire script"));
   if (e[0].integer == 2) {
     auto held = e[1].as_integer();
@@ -38,6 +38,14 @@ redis::Result<AcquireResult> parse_acquire_reply(const Reply& reply, Deadline se
     skipped.fired_us = server_now;
     if (e.size() >= 5 && e[4].is_string())
       if (auto fired = to_number<std::uint64_t>(e[4].str)) skipped.fired_us = *fired;
+    return skipped;
+  }
+  if (e[0].integer == 5) {
+    auto now = e[1].is_string() ? to_number<std::uint64_t>(e[1].str) : std::nullopt;
+    if (!now) return std::unexpected(protocol_error("acquire script returned a malformed lost record"));
+    Skipped skipped{"", *now};
+    skipped.fired_us = *now;
+    skipped.record_lost = true;
     return skipped;
   }
   if (e[0].integer == 4) {
@@ -61,6 +69,7 @@ redis::Result<AcquireResult> parse_acquire_reply(const Reply& reply, Deadline se
     }
     if (e.size() >= 7 && e[6].is_string()) acquired.started_us = e[6].str;
     if (e.size() >= 8 && e[7].is_string()) acquired.fired_us = e[7].str;
+    if (e.size() >= 9) acquired.new_record = e[8].as_integer().value_or(0) == 1;
     acquired.server_clock_behind = *gap > 0;
     acquired.server_clock_gap = std::chrono::microseconds(*gap);
     return acquired;
@@ -103,8 +112,9 @@ redis::Result<AcquireResult> LeaseClient::try_acquire(std::string_view owner, st
                              m_keys.runs_base, min_ms, records_ttl, keep,
                              m_records ? std::string_view(m_records->version) : std::string_view(),
                              every_ms, offset_ms, fired,
-                             m_records ? std::string_view(m_records->rule) : std::string_view()};
-  std::span<const std::string_view> sent_args(args, m_records ? 19 : 10);
+                             m_records ? std::string_view(m_records->rule) : std::string_view(),
+                             m_records && m_records->skip_if_record_lost ? "1" : "0"};
+  std::span<const std::string_view> sent_args(args, m_records ? 20 : 10);
   return detail::acquire_with_ack(m_client, scripts::k_acquire, keys, sent_args, ack, deadline);
 }
 

@@ -38,13 +38,6 @@ struct LockKeys {
 LockKeys keys_for(std::string_view prefix, std::string_view name);
 
 
-
-// How many replicas must confirm an acquisition (WAIT), and for how long to wait for them.
-struct ReplicaAck {
-  int replicas = 0;
-  std::chrono::milliseconds timeout{0};
-};
-
 // A waiter woken to take the free lock has this long to come for it; then a fair waiter behind it
 // takes its place (see _queue.lua).
 inline constexpr std::chrono::milliseconds k_turn{3000};
@@ -63,6 +56,12 @@ struct LimitMismatch {
 };
 using AcquireResult = std::variant<Acquired, Busy, LimitMismatch, Skipped, RuleMismatch>;
 
+// How many replicas must confirm an acquisition (WAIT), and for how long to wait for them.
+struct ReplicaAck {
+  int replicas = 0;
+  std::chrono::milliseconds timeout{0};
+};
+
 // What the acquire and release scripts need to keep the record of runs, and --min-interval (ms, 0:
 // none). `run` is filled in at release.
 struct RecordArgs {
@@ -72,6 +71,7 @@ struct RecordArgs {
   long long every_ms = 0;        // --every (0: none)
   long long slot_offset_ms = 0;  // --slot-offset
   std::string rule;              // schedule_rule() ("" none)
+  bool skip_if_record_lost = false;  // --if-record-lost skip
 };
 
 // The record a release writes, as release.lua (ARGV 4 on), record.lua and slots_release.lua take it:

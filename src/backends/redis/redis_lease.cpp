@@ -136,6 +136,20 @@ class RedisHeldLease final : public KeptLease {
                  "could not release the lock (it expires by itself): " + released.error().message, m_context);
       return Released::failed;
     }
+    // --min-replicas: the record written at the release waits for the replicas too (a failover to a
+    // replica that missed it would run the period again). An extra round trip only with the option.
+    if (m_outcome && m_request.min_replicas > 0) {
+      const std::string n = std::to_string(m_request.min_replicas);
+      const std::string ms = std::to_string(m_request.replica_timeout.count());
+      auto w = m_client.client().command({"WAIT", n, ms}, BootClock::now() + m_request.request_timeout +
+                                                              m_request.replica_timeout);
+      const long long acked = w && !w->is_error() ? w->as_integer().value_or(0) : 0;
+      if (acked < m_request.min_replicas)
+        log::event(log::Level::warn, "record_not_replicated",
+                   "the run's record reached " + std::to_string(acked) + " of --min-replicas " + n +
+                       " replicas: a failover now may lose it",
+                   m_context, {{"acked", std::to_string(acked)}});
+    }
     // Gone, but the release went out twice (the connection failed under the first attempt, which may
     // have run): the lock was ours until our deadline, which had not passed when the first attempt
     // went out, so that attempt deleted it.
@@ -160,7 +174,8 @@ class RedisLease final : public Lease {
     m_lease.keep_records({m_request.records, m_request.min_interval ? m_request.min_interval->count() : 0,
                           m_request.version, m_request.every ? m_request.every->period.count() : 0,
                           m_request.every ? m_request.every->offset.count() : 0,
-                          schedule_rule(m_request.every, m_request.min_interval, m_request.records.ttl)});
+                          schedule_rule(m_request.every, m_request.min_interval, m_request.records.ttl),
+                          m_request.skip_if_record_lost});
     // The log says which server the run talked to, and the release picks its native compare-and-delete.
     m_client.learn_server();
   }
@@ -340,7 +355,8 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> RedisLease::acquire(Waite
   // The trigger's fire time: the server's time at the first answer (--every, --min-interval).
   std::optional<std::uint64_t> fired;
   const auto skip = [&](const Skipped& skipped) {
-    log_skipped(skipped);
+    if (skipped.record_lost) log_record_lost(m_request.lock, true);
+    else log_skipped(skipped);
     leave_queue();
     waited = since(began);
     const auto last = parse_run_record(skipped.last_success);
@@ -383,6 +399,7 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> RedisLease::acquire(Waite
       connection_failures = 0;
     }
     if (auto* got = std::get_if<Acquired>(&*result)) {
+      if (got->new_record && m_request.rule().any()) log_record_lost(m_request.lock, false);
       subscriber.reset();
       waited = since(began);
       return granted(std::move(*got));

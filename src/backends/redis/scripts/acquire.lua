@@ -8,10 +8,15 @@
 --       ('0': none), 13 the records' TTL in ms, 14 how many runs are kept, 15 fencerun's version,
 --       16 --every in ms ('0': none), 17 --slot-offset in ms, 18 the trigger's fire time (server
 --       microseconds from its first request; '': now), 19 the rule its triggers share ('': none; see
---       src/lease/schedule.hpp's schedule_rule).
+--       src/lease/schedule.hpp's schedule_rule), 20 '1' for --if-record-lost skip.
+-- The record's marker, <base>since (the server time its first run with a rule took the lock; no TTL,
+-- as the token counter): while it is missing, the record is new or was lost with the server's data.
 -- Acquired: {1, token, lock value, server version,
 --            microseconds by which the server's clock is behind the counter (0 when it is not),
---            0 (the slot), the run's start (server time, microseconds), the fire time}.
+--            0 (the slot), the run's start (server time, microseconds), the fire time,
+--            1 when the record's marker was missing (this run starts the record), else 0}.
+-- No record:{5, server time in microseconds, version}: --if-record-lost skip and the marker is
+--            missing; nothing is changed.
 -- Skipped:  {3, the record that makes the run unnecessary, server time in microseconds, version, the
 --           fire time} (--every: a success of the trigger's slot; --min-interval: a success that
 --           started too recently); nothing is changed but a killed run's record.
@@ -111,7 +116,12 @@ end
 -- The lock is this caller's to take: first what the record of runs says (a run that ended without a
 -- release is recorded as killed; --min-interval looks at the last success).
 local fire = tonumber(ARGV[18] or '') or now_us
+local new_record = 0
 if records then
+  if rule ~= '' and redis.call('EXISTS', base .. 'since') == 0 then
+    if ARGV[20] == '1' then return {5, string.format('%.0f', now_us), version} end
+    new_record = 1
+  end
   record_killed(base, records_ttl, keep)
   record_killed_slots(base, ARGV[10], records_ttl, keep)
   local min_ms, period_ms, offset_ms = tonumber(ARGV[12]) or 0, tonumber(ARGV[16] or '') or 0, tonumber(ARGV[17] or '') or 0
@@ -135,9 +145,10 @@ if now_us then
     run[7] = fired
   end
   redis.call('SET', base .. 'run', table.concat(run, ' '), 'PX', records_ttl)
+  if new_record == 1 then redis.call('SET', base .. 'since', started) end
 end
 if queued then
   redis.call('ZREM', queue, owner)
   tell_first(queue, wake, ARGV[2])
 end
-return {1, text, value, version, behind_us, 0, started, fired}
+return {1, text, value, version, behind_us, 0, started, fired, new_record}
