@@ -112,7 +112,7 @@ _fencerun()
             list) COMPREPLY=($(compgen -W "$connection --all --json" -- "$cur")) ;;
             break) COMPREPLY=($(compgen -W "$connection --owner -y --yes" -- "$cur")) ;;
             bump) COMPREPLY=($(compgen -W "$connection --above" -- "$cur")) ;;
-            history) COMPREPLY=($(compgen -W "$connection -n --count --json" -- "$cur")) ;;
+            history) COMPREPLY=($(compgen -W "$connection -n --count --json --utc --all" -- "$cur")) ;;
             acl) COMPREPLY=($(compgen -W "--key-prefix --delex --delifeq --admin -v --verbose -q --quiet --log-format -h --help" -- "$cur")) ;;
             run) COMPREPLY=($(compgen -W "$connection $run_opts --" -- "$cur")) ;;
             "") COMPREPLY=($(compgen -W "$connection $run_opts --version --" -- "$cur")) ;;

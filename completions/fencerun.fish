@@ -154,6 +154,8 @@ complete -c fencerun -n '__fencerun_before_dashdash; and __fencerun_using list' 
 complete -c fencerun -n '__fencerun_before_dashdash; and __fencerun_using list' -l json -d 'Print one JSON array'
 complete -c fencerun -n '__fencerun_before_dashdash; and __fencerun_using history' -l json -d 'Print one JSON array'
 complete -c fencerun -n '__fencerun_before_dashdash; and __fencerun_using history' -s n -l count -x -d 'Show the newest N runs'
+complete -c fencerun -n '__fencerun_before_dashdash; and __fencerun_using history' -l utc -d 'Times in UTC'
+complete -c fencerun -n '__fencerun_before_dashdash; and __fencerun_using history' -l all -d 'Also the skipped and busy triggers'
 
 # Options of break
 complete -c fencerun -n '__fencerun_before_dashdash; and __fencerun_using break' -l owner -x -d 'Only the holder whose owner id starts with PREFIX'

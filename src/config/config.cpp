@@ -206,6 +206,8 @@ Config make_config(const Options& o, const GetEnv& getenv, const ParseSignal& pa
   }
   if (o.subcommand == Subcommand::history) {
     if (o.history_count) c.history_count = count_option("-n", *o.history_count);
+    c.history_utc = o.utc;
+    c.history_all = o.list_all;
     return c;
   }
   if (o.subcommand == Subcommand::bump) {

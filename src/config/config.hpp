@@ -83,7 +83,9 @@ struct Config {
   // bump: the next token must be greater than this
   std::uint64_t bump_above = 0;
   // history: how many runs to show (-n N, default all that are kept)
-  long history_count = lease::k_max_keep_runs;  // run: Prometheus textfile written after the run
+  long history_count = lease::k_max_keep_runs;
+  bool history_utc = false;  // history --utc
+  bool history_all = false;  // history --all
 };
 
 using GetEnv = lease::GetEnv;

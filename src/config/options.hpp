@@ -71,6 +71,7 @@ struct Options {
   // list [PATTERN] [--all], break NAME [--owner PREFIX] [--yes], bump NAME --above N
   std::optional<std::string> list_pattern;
   bool list_all = false;
+  bool utc = false;  // history --utc
   std::optional<std::string> break_owner;
   bool yes = false;
   std::optional<std::string> bump_above;

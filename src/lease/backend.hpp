@@ -81,6 +81,15 @@ class TokenCounter {
   virtual Result<Bumped> bump(const std::string& lock, std::uint64_t above) = 0;
 };
 
+// history NAME's options.
+struct HistoryRequest {
+  std::string lock;
+  long count = 0;     // at most this many runs
+  bool json = false;
+  bool utc = false;   // times in UTC, not the local time zone
+  bool all = false;   // also the triggers skipped or busy, per slot, where the backend records them
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -100,7 +109,7 @@ class Backend {
   // history NAME: prints the recorded runs of NAME, newest first, at most `count` (text, or a JSON array
   // with `json`). Returns 0 when some are recorded, k_status_free when none, k_unavailable (logged)
   // when that cannot be told.
-  virtual int history(const std::string& lock, long count, bool json) const = 0;
+  virtual int history(const HistoryRequest& request) const = 0;
 
   // --version -r URL: prints which server each one is, its version and how a lock is released there.
   // Returns 0, or k_unavailable (logged) when one cannot be reached.
@@ -113,7 +122,10 @@ class Backend {
 };
 
 // history's output for `records` (newest first; run_record.hpp), the server's time `now_us`.
-void print_history(const std::string& lock, const std::vector<std::string>& records, std::uint64_t now_us, bool json);
+// `triggers`: the record of skipped and busy triggers, newest first (run_record.hpp's TriggerCount
+// lines; empty where the backend keeps none); `in_progress`: the run in progress as a record ("" none).
+void print_history(const HistoryRequest& request, const std::vector<std::string>& records, std::uint64_t now_us,
+                   const std::vector<std::string>& triggers = {}, const std::string& in_progress = {});
 
 // What every backend is given besides its URL.
 struct BackendSettings {

@@ -151,9 +151,11 @@ void print(const std::string& s) {
 
 namespace fencerun::lease {
 
-void print_history(const std::string& lock, const std::vector<std::string>& records, std::uint64_t now_us, bool json) {
+void print_history(const HistoryRequest& request, const std::vector<std::string>& records, std::uint64_t now_us,
+                   const std::vector<std::string>& triggers, const std::string& in_progress) {
+  (void)now_us;  // the lines give absolute times
   std::string out;
-  if (json) {
+  if (request.json) {
     out = "[";
     bool first = true;
     for (const auto& text : records) {
@@ -163,12 +165,20 @@ void print_history(const std::string& lock, const std::vector<std::string>& reco
       first = false;
     }
     out += "]\n";
-  } else if (records.empty()) {
-    out = lock + ": no runs recorded\n";
+  } else if (records.empty() && in_progress.empty()) {
+    out = request.lock + ": no runs recorded\n";
   } else {
+    if (auto r = in_progress.empty() ? std::nullopt : parse_run_record(in_progress))
+      out += run_record_history_text(*r, request.utc) + "\n";
     for (const auto& text : records)
-      if (auto r = parse_run_record(text)) out += run_record_text(*r, now_us) + "\n";
+      if (auto r = parse_run_record(text)) out += run_record_history_text(*r, request.utc) + "\n";
   }
+  if (request.all && !request.json)
+    for (const auto& text : triggers)
+      if (auto t = parse_trigger_count(text))
+        out += "triggers of " + iso8601(t->slot_us, request.utc) + ": " + std::to_string(t->skipped) + " skipped, " +
+               std::to_string(t->busy) + " busy, the last on " + t->last_host + " at " +
+               iso8601(t->last_us, request.utc) + "\n";
   std::fwrite(out.data(), 1, out.size(), stdout);
   std::fflush(stdout);
 }

@@ -1,6 +1,7 @@
 #include "lease/run_record.hpp"
 
 #include <charconv>
+#include <ctime>
 #include <functional>
 #include <map>
 #include <vector>
@@ -87,6 +88,51 @@ std::vector<std::string> merge_records(const std::vector<ServerRecords>& servers
     if (out.size() >= count) break;
     out.push_back(run_record_line(r));
   }
+  return out;
+}
+
+std::optional<TriggerCount> parse_trigger_count(std::string_view text) {
+  std::vector<std::string_view> f;
+  while (!text.empty()) {
+    auto sp = text.find(' ');
+    f.push_back(text.substr(0, sp));
+    text = sp == std::string_view::npos ? std::string_view{} : text.substr(sp + 1);
+  }
+  if (f.size() != 5) return std::nullopt;
+  auto slot = number<std::uint64_t>(f[0]);
+  auto skipped = number<long>(f[1]);
+  auto busy = number<long>(f[2]);
+  auto last = number<std::uint64_t>(f[4]);
+  if (!slot || !skipped || !busy || !last) return std::nullopt;
+  return TriggerCount{*slot, *skipped, *busy, std::string(f[3]), *last};
+}
+
+std::string iso8601(std::uint64_t us, bool utc) {
+  const std::time_t t = static_cast<std::time_t>(us / 1'000'000);
+  std::tm tm{};
+  if (utc) ::gmtime_r(&t, &tm);
+  else ::localtime_r(&t, &tm);
+  char buf[40];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  std::string out = buf;
+  if (utc) return out + "Z";
+  const long off = tm.tm_gmtoff;
+  const long a = off < 0 ? -off : off;
+  std::snprintf(buf, sizeof buf, "%c%02ld:%02ld", off < 0 ? '-' : '+', a / 3600, (a % 3600) / 60);
+  return out + buf;
+}
+
+std::string run_record_history_text(const RunRecord& r, bool utc) {
+  std::string out = iso8601(r.start_us, utc) + " to ";
+  if (r.outcome == "running") out += "now,";
+  else if (r.end_us) out += iso8601(*r.end_us, utc) + " (" + tenths(*r.end_us > r.start_us ? *r.end_us - r.start_us : 0) + ")";
+  else out += "?";
+  out += " " + r.outcome;
+  if (r.signal) out += " (signal " + std::to_string(*r.signal) + ")";
+  else if (r.exit_code && r.outcome != "ok") out += " (exit " + std::to_string(*r.exit_code) + ")";
+  out += " on " + r.host + ", pid " + (r.pid ? std::to_string(*r.pid) : std::string("unknown")) + ", token " +
+         (r.token ? std::to_string(*r.token) : std::string("unknown"));
+  if (r.fire_us) out += ", fired " + iso8601(*r.fire_us, utc);
   return out;
 }
 

@@ -68,6 +68,23 @@ std::vector<std::string> merge_records(const std::vector<ServerRecords>& servers
 std::string run_record_text(const RunRecord& r, std::uint64_t now_us);
 // The record's JSON object.
 std::string run_record_json(const RunRecord& r);
+// Skipped and busy triggers of one slot (--every: the slot's start; --min-interval: the start of the
+// run that made them skip or wait), as the record keeps them: "<slot us> <skipped> <busy> <last host>
+// <last us>", newest slot first.
+struct TriggerCount {
+  std::uint64_t slot_us = 0;
+  long skipped = 0;
+  long busy = 0;
+  std::string last_host;
+  std::uint64_t last_us = 0;
+};
+std::optional<TriggerCount> parse_trigger_count(std::string_view text);
+
+// ISO 8601 with seconds and the zone's offset ("2026-12-05T11:00:03+01:00"), or in UTC ("...Z").
+std::string iso8601(std::uint64_t us, bool utc);
+// history's line of a run: "START to END (DURATION) OUTCOME on HOST, pid P, token T[, fired TIME]".
+std::string run_record_history_text(const RunRecord& r, bool utc);
+
 // "1.2s", "3m", "2h", "4d": how long ago `then_us` was.
 std::string age_text(std::uint64_t then_us, std::uint64_t now_us);
 

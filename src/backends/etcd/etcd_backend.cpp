@@ -197,7 +197,9 @@ class EtcdBackend final : public Backend, public LockAdmin {
     return view(k);
   }
 
-  int history(const std::string& lock, long count, bool json) const override {
+  int history(const HistoryRequest& request) const override {
+    const std::string& lock = request.lock;
+    const long count = request.count;
     const auto keys = etcd_keys_for(m_target.key_prefix, lock);
     auto runs = const_cast<Client&>(m_client).range(etcd::single(keys.runs), BootClock::now() + m_target.timeout);
     if (!runs) {
@@ -207,7 +209,7 @@ class EtcdBackend final : public Backend, public LockAdmin {
     std::vector<std::string> records;
     if (!runs->kvs.empty())
       records = etcd_run_records(runs->kvs.front().value, static_cast<std::size_t>(std::max<long>(count, 0)));
-    print_history(lock, records, wall_us(), json);
+    print_history(request, records, wall_us());
     return records.empty() ? exit_code::k_status_free : 0;
   }
 

@@ -169,7 +169,9 @@ class QuorumBackend final : public Backend {
 
   // The records of every server that answers, merged (merge_records): one record per run, newest token
   // first; 69 when fewer than a majority answered (what they had is printed all the same).
-  int history(const std::string& lock, long count, bool json) const override {
+  int history(const HistoryRequest& request) const override {
+    const std::string& lock = request.lock;
+    const long count = request.count;
     Fanout fanout(m_target.servers);
     const auto keys = keys_for(m_target.key_prefix, lock);
     const auto until = BootClock::now() + m_target.timeout;
@@ -203,7 +205,7 @@ class QuorumBackend final : public Backend {
     }
     const std::uint64_t now_us = answered.empty() ? 0 : answered.front().now_us;
     const auto records = merge_records(answered, now_us, static_cast<std::size_t>(count));
-    if (!answered.empty()) print_history(lock, records, now_us, json);
+    if (!answered.empty()) print_history(request, records, now_us);
     const std::size_t majority = majority_of(m_target.servers.size());
     if (answered.size() < majority) {
       log::event(log::Level::error, "redis_unavailable",

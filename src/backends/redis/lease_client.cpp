@@ -20,6 +20,27 @@ LockKeys keys_for(std::string_view prefix, std::string_view name) {
                   base + "wake:",   base + "limit",  base + "slot:", base + "turns", base};
 }
 
+std::optional<RunRecord> parse_run_in_progress(std::string_view value) {
+  std::vector<std::string_view> f;
+  for (std::string_view rest = value; !rest.empty();) {
+    const auto sp = rest.find(' ');
+    f.push_back(rest.substr(0, sp));
+    rest = sp == std::string_view::npos ? std::string_view{} : rest.substr(sp + 1);
+  }
+  if (f.size() != 6 && f.size() != 7) return std::nullopt;
+  const auto start = to_number<std::uint64_t>(f[1]);
+  if (!start) return std::nullopt;
+  RunRecord r;
+  r.start_us = *start;
+  r.outcome = "running";
+  r.token = to_number<std::uint64_t>(f[2]);
+  r.pid = to_number<long>(f[3]);
+  r.host = std::string(f[4]);
+  r.version = std::string(f[5]);
+  if (f.size() == 7) r.fire_us = to_number<std::uint64_t>(f[6]);
+  return r;
+}
+
 redis::Result<AcquireResult> parse_acquire_reply(const Reply& reply, Deadline sent) {
   const auto& e = reply.elements;
   if (!reply.is_array() || e.size() < 2 || e[0].type != Reply::Type::integer ||
@@ -116,6 +137,19 @@ redis::Result<AcquireResult> LeaseClient::try_acquire(std::string_view owner, st
                              m_records && m_records->skip_if_record_lost ? "1" : "0"};
   std::span<const std::string_view> sent_args(args, m_records ? 20 : 10);
   return detail::acquire_with_ack(m_client, scripts::k_acquire, keys, sent_args, ack, deadline);
+}
+
+redis::Result<void> LeaseClient::note_trigger(std::string_view kind, std::uint64_t slot_us, std::string_view host,
+                                              Deadline deadline) {
+  if (!m_records) return {};
+  const std::string slot = std::to_string(slot_us), ttl = std::to_string(m_records->settings.ttl.count()),
+                    keep = std::to_string(m_records->settings.keep);
+  std::string_view keys[] = {m_keys.lock};
+  std::string_view args[] = {m_keys.runs_base, slot, kind, host, ttl, keep};
+  Deadline sent{};
+  auto r = run_script(m_client, scripts::k_note, keys, args, deadline, sent, redis::Resend::never);
+  if (!r) return std::unexpected(r.error());
+  return {};
 }
 
 redis::Result<RenewOutcome> LeaseClient::renew_once(std::string_view value, std::chrono::milliseconds ttl, Deadline deadline,

@@ -83,6 +83,10 @@ std::vector<std::string> record_release_args(const LockKeys& keys, const RecordA
                                              const RunOutcome& outcome, std::string_view start, std::uint64_t token,
                                              std::string_view value, std::string_view fired = {});
 
+// The run in progress as the record keeps it ("<owner> <start us> <token> <pid> <host> <version>
+// [<fire us>]", scripts/_runs.lua), as a record of outcome "running"; nullopt when malformed.
+std::optional<RunRecord> parse_run_in_progress(std::string_view value);
+
 // Decodes an acquire script's reply (acquired, busy, or held with another limit); `sent` goes into
 // Acquired. A protocol error when the reply does not have the script's shape.
 redis::Result<AcquireResult> parse_acquire_reply(const redis::Reply& reply, Deadline sent);
@@ -123,6 +127,13 @@ class LockOps : public Renewer {
   }
   // The record of runs: kept by the acquire and release scripts from now on (the plain lock's only).
   virtual void keep_records(RecordArgs args) { (void)args; }
+  // Counts a trigger that ends without running ("skip" or "busy") for the slot starting at `slot_us`
+  // (note.lua), where records are kept.
+  virtual redis::Result<void> note_trigger(std::string_view kind, std::uint64_t slot_us, std::string_view host,
+                                           Deadline deadline) {
+    (void)kind, (void)slot_us, (void)host, (void)deadline;
+    return {};
+  }
   // release() that also writes the run's record (with `value` and `outcome`, when records are kept).
   virtual redis::Result<bool> release_recorded(std::string_view owner, std::string_view value,
                                                const Acquired& acquired, const RunOutcome& outcome,
@@ -156,6 +167,8 @@ class LeaseClient final : public LockOps {
   redis::Result<bool> release(std::string_view owner, std::optional<std::string_view> value,
                               Deadline deadline) override;
   void keep_records(RecordArgs args) override { m_records = std::move(args); }
+  redis::Result<void> note_trigger(std::string_view kind, std::uint64_t slot_us, std::string_view host,
+                                   Deadline deadline) override;
   redis::Result<bool> release_recorded(std::string_view owner, std::string_view value, const Acquired& acquired,
                                        const RunOutcome& outcome, Deadline deadline) override;
 

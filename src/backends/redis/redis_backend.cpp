@@ -13,6 +13,13 @@
 namespace fencerun::lease {
 namespace {
 
+// The run in progress of a GET of NAME's `run` key, as a record line ("" none).
+std::string in_progress_record(const redis::Reply& reply) {
+  if (!reply.is_string()) return {};
+  auto r = parse_run_in_progress(reply.str);
+  return r ? run_record_line(*r) : std::string();
+}
+
 using std::chrono::milliseconds;
 
 class RedisBackend final : public Backend, public LockAdmin, public TokenCounter {
@@ -60,11 +67,15 @@ class RedisBackend final : public Backend, public LockAdmin, public TokenCounter
     return any_held ? 0 : exit_code::k_status_free;
   }
 
-  int history(const std::string& lock, long count, bool json) const override {
+  int history(const HistoryRequest& request) const override {
+    const std::string& lock = request.lock;
+    const long count = request.count;
     redis::Client client(m_target.endpoint);
     const auto keys = keys_for(m_target.key_prefix, lock);
     const std::string runs = keys.runs(), last = std::to_string(count - 1);
-    std::vector<std::vector<std::string_view>> commands = {{"LRANGE", runs, "0", last}, {"TIME"}};
+    const std::string triggers = keys.runs_base + "triggers", run = keys.run();
+    std::vector<std::vector<std::string_view>> commands = {
+        {"LRANGE", runs, "0", last}, {"TIME"}, {"LRANGE", triggers, "0", "-1"}, {"GET", run}};
     auto replies = client.pipeline(commands, BootClock::now() + m_target.timeout, redis::Resend::idempotent);
     if (replies && ((*replies)[0].is_error() || (*replies)[1].is_error()))
       replies = std::unexpected(redis::Error{redis::Error::Kind::protocol,
@@ -81,7 +92,10 @@ class RedisBackend final : public Backend, public LockAdmin, public TokenCounter
     std::uint64_t now_us = 0;
     const auto& t = (*replies)[1].elements;
     if (t.size() == 2) now_us = std::stoull(t[0].str) * 1'000'000 + std::stoull(t[1].str);
-    print_history(lock, records, now_us, json);
+    std::vector<std::string> counts;
+    for (const auto& e : (*replies)[2].elements)
+      if (e.is_string()) counts.push_back(e.str);
+    print_history(request, records, now_us, counts, in_progress_record((*replies)[3]));
     return records.empty() ? exit_code::k_status_free : 0;
   }
 

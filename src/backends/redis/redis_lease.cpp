@@ -231,36 +231,24 @@ class RedisLease final : public Lease {
     lease::log_skipped(m_request.lock, m_request.rule(), skipped.last_success, skipped.now_us, skipped.fired_us,
                        skipped.in_progress);
   }
+  // The record counts a trigger that ends without running, for its slot (--every) or the run that made
+  // it skip (--min-interval); a failure costs nothing but the count.
+  void note_trigger(std::string_view kind, const std::optional<Skipped>& running, std::uint64_t fired) {
+    std::uint64_t slot = fired;
+    if (m_request.every) slot = slot_start_us(slot_index(fired, *m_request.every), *m_request.every);
+    else if (running)
+      if (auto r = parse_run_record(running->last_success)) slot = r->start_us;
+    [[maybe_unused]] auto noted =
+        m_lease.note_trigger(kind, slot, m_request.host, BootClock::now() + m_request.request_timeout);
+  }
   // A busy answer whose holder is running the run this trigger is for (--every: its slot's;
   // --min-interval: one that started less than the interval before it fired): a skip, not a conflict.
   std::optional<Skipped> running_this_run(const Busy& busy, std::optional<std::uint64_t> fired) const {
     if (!m_request.rule().any() || busy.run.empty() || !fired || !busy.now_us) return std::nullopt;
-    // "<owner> <start us> <token> <pid> <host> <version> [<fire us>]" (scripts/_runs.lua)
-    std::vector<std::string> f;
-    for (std::string_view rest = busy.run; !rest.empty();) {
-      const auto sp = rest.find(' ');
-      f.emplace_back(rest.substr(0, sp));
-      rest = sp == std::string_view::npos ? std::string_view{} : rest.substr(sp + 1);
-    }
-    if (f.size() < 6) return std::nullopt;
-    RunRecord r;
-    const auto number = [](const std::string& t) -> std::optional<std::uint64_t> {
-      std::uint64_t n = 0;
-      auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), n);
-      if (t.empty() || ec != std::errc{} || end != t.data() + t.size()) return std::nullopt;
-      return n;
-    };
-    const auto start = number(f[1]);
-    if (!start) return std::nullopt;
-    r.start_us = *start;
-    r.outcome = "running";
-    r.token = number(f[2]);
-    if (auto pid = number(f[3])) r.pid = static_cast<long>(*pid);
-    r.host = f[4];
-    r.version = f[5];
-    if (f.size() >= 7) r.fire_us = number(f[6]);
-    if (!run_counts_for(m_request.rule(), r.start_us, r.fire_us, *fired)) return std::nullopt;
-    return Skipped{run_record_line(r), *busy.now_us, *fired, true};
+    const auto r = parse_run_in_progress(busy.run);
+    if (!r) return std::nullopt;
+    if (!run_counts_for(m_request.rule(), r->start_us, r->fire_us, *fired)) return std::nullopt;
+    return Skipped{run_record_line(*r), *busy.now_us, *fired, true};
   }
   // A queued waiter's busy answer does not name the holder: ask for it (for the message only); of a
   // counting lock's, the one whose lease ends first.
@@ -429,7 +417,11 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> RedisLease::acquire(Waite
     if (!fired && busy.now_us) fired = busy.now_us;
     now = BootClock::now();
     if (wait_until && now >= *wait_until) {
-      if (auto running = running_this_run(busy, fired)) return skip(*running);
+      if (auto running = running_this_run(busy, fired)) {
+        note_trigger("skip", *running, *fired);
+        return skip(*running);
+      }
+      if (fired && m_request.rule().any()) note_trigger("busy", std::nullopt, *fired);
       log_busy(busy.place ? holder_now(busy) : busy);
       leave_queue();
       return refuse(NotAcquired::Reason::busy);

@@ -97,6 +97,29 @@ local function already_done(base, fire, min_ms, period_ms, offset_ms)
   return nil
 end
 
+-- Counts a skipped ('skip') or busy ('busy') trigger of the slot `slot` (its start in microseconds, as
+-- text: --every, the slot's; --min-interval, the start of the run that made it skip or wait) in
+-- base..'triggers': "<slot> <skipped> <busy> <last host> <last us>", newest slot first, at most `keep`
+-- slots, living as long as the record.
+local function note_trigger(base, slot, kind, host, now, ttl_ms, keep)
+  local list = base .. 'triggers'
+  local head = redis.call('LINDEX', list, 0)
+  local now_text = string.format('%.0f', now)
+  local s, skipped, busy
+  if head then s, skipped, busy = string.match(head, '^(%S+) (%d+) (%d+) ') end
+  if s == slot then
+    skipped, busy = tonumber(skipped), tonumber(busy)
+    if kind == 'skip' then skipped = skipped + 1 else busy = busy + 1 end
+    redis.call('LSET', list, 0, table.concat({slot, skipped, busy, host, now_text}, ' '))
+  else
+    local entry = {slot, 1, 0, host, now_text}
+    if kind ~= 'skip' then entry = {slot, 0, 1, host, now_text} end
+    redis.call('LPUSH', list, table.concat(entry, ' '))
+    redis.call('LTRIM', list, 0, keep - 1)
+  end
+  redis.call('PEXPIRE', list, ttl_ms)
+end
+
 -- Closes the run at its release (release.lua, record.lua): its record, from the arguments a[i] ...
 -- a[i + 12]: the key base, the outcome as the caller knows it ('ok', 'failed', 'stopped'), exit code
 -- ('-' when unknown), signal ('-' when none), the records' TTL in ms, how many runs are kept, the

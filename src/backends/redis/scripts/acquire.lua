@@ -127,7 +127,14 @@ if records then
   local min_ms, period_ms, offset_ms = tonumber(ARGV[12]) or 0, tonumber(ARGV[16] or '') or 0, tonumber(ARGV[17] or '') or 0
   if min_ms > 0 or period_ms > 0 then
     local done = already_done(base, fire, min_ms, period_ms, offset_ms)
-    if done then return {3, done, string.format('%.0f', now_us), version, string.format('%.0f', fire)} end
+    if done then
+      local slot = string.match(done, '^(%d+) ')
+      if period_ms > 0 then
+        slot = string.format('%.0f', slot_of(fire, period_ms, offset_ms) * period_ms * 1000 + offset_ms * 1000)
+      end
+      note_trigger(base, slot, 'skip', ARGV[4], now_us, records_ttl, keep)
+      return {3, done, string.format('%.0f', now_us), version, string.format('%.0f', fire)}
+    end
   end
   if rule ~= '' then redis.call('SET', base .. 'rule', rule, 'PX', records_ttl) end
 end
