@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "lease/backend.hpp"
+#include "lease/schedule.hpp"
 
 #include "log/log.hpp"
 
@@ -97,12 +98,13 @@ std::string list_text(const std::string& name, const LockStatus& s) {
 namespace fencerun::lease {
 
 std::string runs_status_text(const LockStatus& s) {
-  if (!s.last_run && !s.last_success) return {};  // nothing recorded (a lock never run, or records expired)
+  const std::string rule = s.rule ? schedule_status_text(*s.rule, s.now_us, s.last_success) : std::string();
+  if (!s.last_run && !s.last_success) return rule;  // nothing recorded (a lock never run, or records expired)
   auto line = [&](std::string_view label, const std::optional<std::string>& text) {
     const auto r = text ? parse_run_record(*text) : std::nullopt;
     return std::string(label) + ": " + (r ? run_record_text(*r, s.now_us) : std::string("none")) + "\n";
   };
-  return line("last run", s.last_run) + line("last success", s.last_success);
+  return line("last run", s.last_run) + line("last success", s.last_success) + rule;
 }
 
 std::string runs_json(const LockStatus& s) {
@@ -110,7 +112,8 @@ std::string runs_json(const LockStatus& s) {
     const auto r = text ? parse_run_record(*text) : std::nullopt;
     return r ? run_record_json(*r) : std::string("null");
   };
-  return ",\"last_run\":" + field(s.last_run) + ",\"last_success\":" + field(s.last_success);
+  return ",\"last_run\":" + field(s.last_run) + ",\"last_success\":" + field(s.last_success) +
+         (s.rule ? schedule_status_json(*s.rule, s.now_us, s.last_success) : std::string());
 }
 
 std::string runs_list_text(const LockStatus& s) {

@@ -1,5 +1,6 @@
 #include "lease/schedule.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <ctime>
 #include <vector>
@@ -135,6 +136,70 @@ std::string schedule_rule_options(std::string_view rule) {
     return "--every " + d(n[0]) + (n[1] ? " --slot-offset " + d(n[1]) : "") + " --records-ttl " + d(n[2]);
   if (kind == "interval" && n.size() == 2) return "--min-interval " + d(n[0]) + " --records-ttl " + d(n[1]);
   return std::string(rule);
+}
+
+std::optional<ScheduleRule> parse_schedule_rule(std::string_view rule) {
+  std::vector<long long> n;
+  const std::string_view kind = rule.substr(0, rule.find(' '));
+  std::string_view rest = rule.size() > kind.size() ? rule.substr(kind.size() + 1) : std::string_view{};
+  while (!rest.empty()) {
+    const auto sp = rest.find(' ');
+    const auto part = rest.substr(0, sp);
+    long long v = 0;
+    auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), v);
+    if (ec != std::errc{} || end != part.data() + part.size() || v < 0) return std::nullopt;
+    n.push_back(v);
+    rest = sp == std::string_view::npos ? std::string_view{} : rest.substr(sp + 1);
+  }
+  using std::chrono::milliseconds;
+  if (kind == "every" && n.size() == 3 && n[0] > 0) return ScheduleRule{Every{milliseconds(n[0]), milliseconds(n[1])}, {}};
+  if (kind == "interval" && n.size() == 2 && n[0] > 0) return ScheduleRule{std::nullopt, milliseconds(n[0])};
+  return std::nullopt;
+}
+
+namespace {
+struct RuleNow {
+  std::string options;                 // the rule as options
+  std::optional<std::uint64_t> slot;   // --every: the current slot's start
+  bool done = false;                   // its run succeeded (--every) / the interval runs (--min-interval)
+  std::uint64_t next_us = 0;           // the next slot's start / when the next run is allowed
+};
+std::optional<RuleNow> rule_now(std::string_view text, std::uint64_t now_us, const std::optional<std::string>& ok) {
+  const auto rule = parse_schedule_rule(text);
+  if (!rule) return std::nullopt;
+  RuleNow r{schedule_rule_options(text), std::nullopt, false, now_us};
+  if (rule->every) {
+    const auto k = slot_index(now_us, *rule->every);
+    r.slot = slot_start_us(k, *rule->every);
+    r.done = already_done(*rule, now_us, ok, {}).has_value();
+    r.next_us = r.done ? slot_start_us(k + 1, *rule->every) : now_us;
+  } else if (const auto last = ok ? parse_run_record(*ok) : std::nullopt) {
+    const auto allowed = last->start_us + static_cast<std::uint64_t>(rule->min_interval->count()) * 1000;
+    r.done = allowed > now_us;
+    r.next_us = std::max(allowed, now_us);
+  }
+  return r;
+}
+}  // namespace
+
+std::string schedule_status_text(std::string_view rule, std::uint64_t now_us, const std::optional<std::string>& ok) {
+  const auto r = rule_now(rule, now_us, ok);
+  if (!r) return {};
+  std::string out = "rule: " + r->options + "\n";
+  if (r->slot)
+    out += "slot: " + rfc3339_utc(*r->slot) + (r->done ? ", succeeded; next slot " + rfc3339_utc(r->next_us)
+                                                       : ", not run yet") + "\n";
+  else
+    out += r->done ? "next run allowed: " + rfc3339_utc(r->next_us) + "\n" : std::string("next run allowed: now\n");
+  return out;
+}
+
+std::string schedule_status_json(std::string_view rule, std::uint64_t now_us, const std::optional<std::string>& ok) {
+  const auto r = rule_now(rule, now_us, ok);
+  if (!r) return {};
+  return ",\"rule\":\"" + log::json_escape(r->options) + "\",\"slot_start_us\":" +
+         (r->slot ? std::to_string(*r->slot) : std::string("null")) + ",\"done\":" + (r->done ? "true" : "false") +
+         ",\"next_allowed_us\":" + std::to_string(r->next_us);
 }
 
 std::string rfc3339_utc(std::uint64_t us) {

@@ -70,6 +70,14 @@ void log_rule_mismatch(const std::string& lock, const std::string& held, const s
 // "interval MIN_MS TTL_MS", or "" (no rule: a plain run, checked against nothing).
 std::string schedule_rule(const std::optional<Every>& every, std::optional<std::chrono::milliseconds> min_interval,
                           std::chrono::milliseconds records_ttl);
+// A rule's text back (nullopt: none or malformed).
+std::optional<ScheduleRule> parse_schedule_rule(std::string_view rule);
+// What status says of a rule now (`now_us`, the server's time) given the last success: the slot and
+// whether it has run, or when the next run is allowed. `json`: the fields as JSON members
+// (",\"rule\":...").
+std::string schedule_status_text(std::string_view rule, std::uint64_t now_us, const std::optional<std::string>& last_success);
+std::string schedule_status_json(std::string_view rule, std::uint64_t now_us, const std::optional<std::string>& last_success);
+
 // "--every 1h --slot-offset 5m --records-ttl 720h" for a rule's text (what a mismatch names).
 std::string schedule_rule_options(std::string_view rule);
 

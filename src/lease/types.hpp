@@ -127,6 +127,7 @@ struct LockStatus {
   std::optional<std::string> last_run;      // the newest record of a run (run_record.hpp)
   std::optional<std::string> last_success;  // the last successful run's record
   std::uint64_t now_us = 0;                 // the server's time
+  std::optional<std::string> rule;          // the rule stored with the record (schedule.hpp), if any
 };
 
 // bump: NAME's token counter before (nullopt when it did not exist) and after.

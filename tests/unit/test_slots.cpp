@@ -124,3 +124,28 @@ TEST(slots, already_done_by_interval_is_judged_at_the_fire_time) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(slots, status_says_the_slot_and_when_the_next_run_is_allowed) {
+  EXPECT_FALSE(parse_schedule_rule(""));
+  EXPECT_FALSE(parse_schedule_rule("every 0 0 1"));
+  EXPECT_FALSE(parse_schedule_rule("every x 0 1"));
+  ASSERT_TRUE(parse_schedule_rule("every 6000 0 86400000"));
+  EXPECT_EQ(parse_schedule_rule("interval 5000 86400000")->min_interval, milliseconds(5000));
+  const std::string ok = "37000000 37100000 ok 0 - 7 42 h 0.1.0 37000000";  // slot 6 (36-42 s)
+  EXPECT_EQ(schedule_status_text("every 6000 0 86400000", s(40), ok),
+            "rule: --every 6s --records-ttl 24h\nslot: 1970-01-01T00:00:36Z, succeeded; next slot 1970-01-01T00:00:42Z\n");
+  EXPECT_EQ(schedule_status_text("every 6000 0 86400000", s(43), ok),
+            "rule: --every 6s --records-ttl 24h\nslot: 1970-01-01T00:00:42Z, not run yet\n");
+  EXPECT_EQ(schedule_status_text("interval 5000 86400000", s(40), ok),
+            "rule: --min-interval 5s --records-ttl 24h\nnext run allowed: 1970-01-01T00:00:42Z\n");
+  EXPECT_EQ(schedule_status_text("interval 5000 86400000", s(43), ok),
+            "rule: --min-interval 5s --records-ttl 24h\nnext run allowed: now\n");
+  EXPECT_EQ(schedule_status_json("every 6000 0 86400000", s(40), ok),
+            ",\"rule\":\"--every 6s --records-ttl 24h\",\"slot_start_us\":36000000,\"done\":true,"
+            "\"next_allowed_us\":42000000");
+  EXPECT_EQ(schedule_status_text("garbage", s(1), ok), "");
+}
+
+}  // namespace

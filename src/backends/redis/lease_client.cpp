@@ -336,11 +336,12 @@ redis::Result<LockStatus> lock_status(redis::Client& client, const LockKeys& key
     if (auto ms = pttl.as_integer(); ms && *ms >= 0) h.remaining = std::chrono::milliseconds(*ms);
     return h;
   };
-  const std::string runs = keys.runs(), last_ok = keys.last_ok();
+  const std::string runs = keys.runs(), last_ok = keys.last_ok(), rule = keys.runs_base + "rule";
   std::vector<std::vector<std::string_view>> commands = {{"GET", keys.lock},   {"PTTL", keys.lock},
                                                          {"GET", keys.token},  {"GET", keys.limit},
                                                          {"ZCARD", keys.queue}, {"LINDEX", runs, "0"},
-                                                         {"GET", last_ok},      {"TIME"}};
+                                                         {"GET", last_ok},      {"TIME"},
+                                                         {"GET", rule}};
   auto replies = client.pipeline(commands, deadline, redis::Resend::idempotent);
   redirected(replies, commands);
   if (auto ok = check(replies); !ok) return std::unexpected(ok.error());
@@ -350,6 +351,7 @@ redis::Result<LockStatus> lock_status(redis::Client& client, const LockKeys& key
   s.waiters = static_cast<long>(r[4].as_integer().value_or(0));
   if (r[5].is_string()) s.last_run = r[5].str;
   if (r[6].is_string()) s.last_success = r[6].str;
+  if (r.size() > 8 && r[8].is_string()) s.rule = r[8].str;
   if (r[7].is_array() && r[7].elements.size() == 2 && r[7].elements[0].is_string() && r[7].elements[1].is_string()) {
     auto sec = to_number<std::uint64_t>(r[7].elements[0].str), usec = to_number<std::uint64_t>(r[7].elements[1].str);
     if (sec && usec) s.now_us = *sec * 1'000'000 + *usec;
