@@ -169,6 +169,29 @@ TEST_P(Slots, AnotherRuleIsRefusedNamingBoth) {
   EXPECT_EQ(run(sh_args("rule", "echo ran")).out, "ran\n");
 }
 
+// A trigger that finds the lock busy with the run it is for is a skip, not a conflict: --every (the
+// run of its slot) and --min-interval (a run that started less than the interval before it fired);
+// busy with anything else, or without a rule, it exits 75 as before.
+TEST_P(Slots, BusyWithItsOwnRunIsASkip) {
+  const std::string skip = std::to_string(kSkipCode);
+  for (const std::vector<std::string>& rule :
+       {std::vector<std::string>{"--min-interval", "1h"}, std::vector<std::string>{"--every", "1h"}}) {
+    if (rule[0] == "--every" && !caps().every) continue;
+    const std::string name = "busy" + rule[0].substr(2, 5);
+    std::vector<std::string> opts = rule;
+    opts.insert(opts.end(), {"--skip-exit-code", skip});
+    auto holder = start(sh_args(name, "echo $$ > " + name + ".pid; while [ ! -e " + name + ".go ]; do sleep 0.02; done", opts));
+    wait_pid(name + ".pid");
+    auto r = run(sh_args(name, "echo ran", opts));
+    EXPECT_EQ(r.exit_code, kSkipCode) << rule[0] << ": " << r;
+    EXPECT_EQ(r.out, "") << r;
+    r = run(sh_args(name, "echo ran"));  // no rule: a conflict
+    EXPECT_EQ(r.exit_code, 75) << rule[0] << ": " << r;
+    touch(name + ".go");
+    EXPECT_EQ(holder->wait_for_exit(20s), 0) << holder->result();
+  }
+}
+
 // --if-record-lost skip: while NAME's record is missing on the server (never started, or lost with
 // the server's data) no trigger runs; one run without the flag starts it. On one Redis server
 // restarted without persistence, the slot that already ran is not run a second time by the triggers
