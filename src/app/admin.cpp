@@ -45,7 +45,11 @@ bool confirmed(const std::string& question) {
 }  // namespace
 
 int list(const config::Config& c) {
-  return backend_for(c.common)->list({c.list_pattern, c.list_all, c.json});
+  const int rc = backend_for(c.common)->list({c.list_pattern, c.list_all, c.json});
+  // Most cron locks are free most of the time: say where they are (on stderr, the output stays empty).
+  if (rc == exit_code::k_status_free && !c.list_all && !c.json && ::isatty(2) == 1)
+    std::fputs("fencerun: no lock is held; `fencerun list --all` also lists free locks and their last runs\n", stderr);
+  return rc;
 }
 
 int break_lock(const config::Config& c) {
