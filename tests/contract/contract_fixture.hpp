@@ -67,7 +67,7 @@ inline Capabilities capabilities(SetupId s) {
     case SetupId::quorum: return {.fair = false, .break_lock = false, .last_token_when_free = true, .every = false};
     // etcd's queue is first come, first served (--fair is accepted and is how it always works);
     // its last token is the newest key's, so a free lock has none (the record keeps it).
-    case SetupId::etcd: return {.fair = true, .break_lock = true, .last_token_when_free = false, .every = false};
+    case SetupId::etcd: return {.fair = true, .break_lock = true, .last_token_when_free = false, .every = true};
   }
   return {};
 }
