@@ -71,7 +71,7 @@ inline Capabilities capabilities(SetupId s) {
                                   .if_record_lost = false};
     // etcd's queue is first come, first served (--fair is accepted and is how it always works);
     // its last token is the newest key's, so a free lock has none (the record keeps it).
-    case SetupId::etcd: return {.fair = true, .break_lock = true, .last_token_when_free = false, .every = false,
+    case SetupId::etcd: return {.fair = true, .break_lock = true, .last_token_when_free = false, .every = true,
                                 .if_record_lost = false};
   }
   return {};

@@ -8,6 +8,7 @@
 //   old     a waiter of slot k still waiting in slot k+1 runs for slot k only, and a waiter of slot
 //           k+1 runs for k+1: each told its own slot (FENCERUN_SLOT_START_UNIX)
 //   killed  slot k's run SIGKILLed with its fencerun: the next trigger of the slot runs it after the TTL
+//           (on etcd after the lock-delay too, the killed holder's TTL again: it waits long enough)
 // Exit codes: a run 0 (or its command's), a skip --skip-exit-code (42 here), never the busy code 75.
 // A setup without --every refuses it (64, naming it). Triggers of another rule are refused (64).
 #include <csignal>
@@ -82,9 +83,10 @@ TEST_P(Slots, OneRunPerSlotThroughLateLongFailedOldAndKilledRuns) {
   t.push_back({at(0.5), "old", "true", {"--wait", "20s"}, 0, nullptr});
   t.push_back({at(1.1), "old", "true", {"--wait", "20s"}, 0, nullptr});
   t.push_back({at(1.75), "old", "true", {}, kSkipCode, nullptr});
-  // killed: its fencerun is SIGKILLed (the watchdog stops the job); after the 2 s TTL the slot runs.
+  // killed: its fencerun is SIGKILLed (the watchdog stops the job); after the 2 s TTL the slot runs
+  // (etcd: its lease runs out up to 2.5 s after the kill, then the 2 s lock-delay: up to 5 s).
   t.push_back({at(0.05), "killed", "echo $$ > killed.pid; sleep 30", {}, -1, nullptr});
-  t.push_back({at(0.7), "killed", "true", {"--wait", "3s"}, 0, nullptr});
+  t.push_back({at(0.7), "killed", "true", {"--wait", "7s"}, 0, nullptr});
   t.push_back({at(0.95), "killed", "true", {}, kSkipCode, nullptr});
   std::ranges::stable_sort(t, {}, &Trigger::when);
 

@@ -1,13 +1,21 @@
-// --min-interval and the record of runs on etcd (one 3-member cluster for the suite): which runs count
-// as a success, a killed run recorded by the next one, what status, status --json, list and history
-// show (every field against what the runs did), the records' TTL (nothing left behind), a skipped run
-// holding nothing. The fleet (one run per period) is in tests/contract, on every backend setup.
+// --min-interval, --every and the record of runs on etcd (one 3-member cluster for the suite): which
+// runs count as a success, a killed run recorded by the next one, what status, status --json, list and
+// history show (every field against what the runs did), the records' TTL (nothing left behind), a
+// skipped run holding nothing; the rule stored with the record (another one refused), the one-clock
+// check against the members' Date (this fencerun's clock moved by an LD_PRELOAD shim), the slot the
+// command is told, and the requests of a run. The fleet (one run per period) and the slots (one run
+// per slot through late, long, failed, old and killed runs) are in tests/contract, on every setup.
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <ctime>
 
 #include "etcd_fixture.hpp"
 #include "util/exit_code.hpp"
+
+#ifndef FENCERUN_CLOCK_SHIM
+#error "FENCERUN_CLOCK_SHIM must name the clock shim library"
+#endif
 
 namespace fencerun::test {
 namespace {
@@ -42,6 +50,19 @@ class EtcdCronTest : public EtcdSharedTest {
         .count();
   }
   std::string run_key(const std::string& name) { return lock_prefix(name) + "run"; }
+  // The environment that moves fencerun's wall clock by `offset_us` (tests/support/clock_shim.c).
+  static EnvList clock_offset(long long offset_us) {
+    return {{"LD_PRELOAD", FENCERUN_CLOCK_SHIM}, {"FENCERUN_TEST_CLOCK_OFFSET_US", std::to_string(offset_us)}};
+  }
+  // RFC 3339 in UTC with seconds, as FENCERUN_SLOT_START has it.
+  static std::string rfc3339(long long unix_s) {
+    const std::time_t t = static_cast<std::time_t>(unix_s);
+    std::tm tm{};
+    ::gmtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
+  }
 };
 
 // The command's exit 1 is no success: the next trigger runs; one after a success is skipped with the
@@ -258,9 +279,10 @@ TEST_F(EtcdCronTest, RecordsExpire) {
   EXPECT_EQ(bare_hex(long_lease), records_lease("c-ttl", 720 * 3600));
   ASSERT_EQ(job("c-ttl", "exit 2", {"--records-ttl", "3s"}).exit_code, 2);
   ASSERT_EQ(job("c-ttl", "true", {"--records-ttl", "3s"}).exit_code, 0);
+  // The first run's rule (--min-interval) went with the record onto its new lease.
   const auto keys = etcd().keys(lock_prefix("c-ttl"));
   EXPECT_EQ(keys, (std::vector<std::string>{base_key("c-ttl"), lock_prefix("c-ttl") + "ok",
-                                            lock_prefix("c-ttl") + "runs"}));
+                                            lock_prefix("c-ttl") + "rule", lock_prefix("c-ttl") + "runs"}));
   // One lease carries the record, not the 720h one (revoked, not left to run out).
   const auto now = record_leases();
   ASSERT_EQ(now.size(), 1u);
@@ -336,6 +358,144 @@ TEST_F(EtcdCronTest, RecordsLeaseGoneUnderARun) {
   EXPECT_TRUE(nothing_left("c-gone"));
   // The next run with --min-interval sees that success.
   EXPECT_EQ(job("c-gone", "echo x > ran", {"--min-interval", "1h", "--skip-exit-code", "9"}).exit_code, 9);
+}
+
+// The rule of --every / --min-interval is stored with the record (":rule", on the records' lease): a
+// trigger with another rule is refused (64) naming both, at once even while the lock is held (it does
+// not wait), runs nothing and holds nothing; the rule stays as it was.
+TEST_F(EtcdCronTest, AnotherRuleIsRefusedNamingBoth) {
+  ASSERT_EQ(job("c-rule", "true", {"--every", "1h"}).exit_code, 0);
+  const std::string rule_key = lock_prefix("c-rule") + "rule";
+  ASSERT_EQ(etcd().get(rule_key).value_or("<none>"), "every 3600000 0 2592000000");
+  auto on_lease = lease_keys(records_lease("c-rule", 720 * 3600));
+  ASSERT_TRUE(on_lease.has_value()) << "no records' lease";
+  EXPECT_NE(std::ranges::find(*on_lease, rule_key), on_lease->end()) << "the rule is not on the records' lease";
+
+  auto other = job("c-rule", "echo x >> ran", {"--min-interval", "30m", "--log-format", "json"});
+  EXPECT_EQ(other.exit_code, exit_code::k_usage) << other;
+  EXPECT_NE(other.err.find("lock 'c-rule' runs with --every 1h --records-ttl 720h; this run asks for "
+                           "--min-interval 30m --records-ttl 720h (all triggers of a lock must use the same rule)"),
+            std::string::npos)
+      << other;
+  EXPECT_NE(other.err.find("\"event\":\"rule_mismatch\""), std::string::npos) << other;
+  EXPECT_NE(other.err.find("\"held_rule\":\"every 3600000 0 2592000000\""), std::string::npos) << other;
+
+  // While a run of the lock's own rule holds it (a success of this hour is recorded, so a run without
+  // a rule holds it here), another rule is refused at once, without waiting.
+  auto holder = start(sh_args("c-rule", "echo $$ > pid; while [ ! -e go ]; do sleep 0.02; done", {"--ttl", "10s"}));
+  wait_pid("pid");
+  auto waiting = job("c-rule", "echo x >> ran", {"--every", "30m", "--wait", "20s"});
+  EXPECT_EQ(waiting.exit_code, exit_code::k_usage) << waiting;
+  EXPECT_LT(waiting.elapsed, 10s) << waiting;
+  EXPECT_NE(waiting.err.find("runs with --every 1h --records-ttl 720h; this run asks for --every 30m "
+                             "--records-ttl 720h"),
+            std::string::npos)
+      << waiting;
+  touch("go");
+  ASSERT_EQ(holder->wait_for_exit(20s), 0) << holder->result();
+  EXPECT_FALSE(read_file(file("ran")).has_value());
+  EXPECT_EQ(etcd().get(rule_key).value_or("<none>"), "every 3600000 0 2592000000");
+  // The lock's own rule goes on: this hour ran already.
+  auto same = job("c-rule", "echo x >> ran", {"--every", "1h", "--skip-exit-code", "9"});
+  EXPECT_EQ(same.exit_code, 9) << same;
+  EXPECT_TRUE(nothing_left("c-rule"));
+}
+
+// --every and --min-interval judge by this host's clock against the ones that wrote the record: a host
+// whose clock is more than 2 s from the etcd member's (the Date of the grant's reply) is refused (69)
+// before it takes anything: no key, no lease, nothing run. A plain run is not checked; a second off is
+// within the bound.
+TEST_F(EtcdCronTest, HostClockSkewedFromTheMembersIsRefused) {
+  struct Case {
+    long long offset_us;
+    std::vector<std::string> rule;
+    std::string said;
+  };
+  const std::vector<Case> cases = {
+      {60'000'000, {"--every", "1h"}, "s clock is 60s ahead of etcd member 127.0.0.1:"},
+      {-60'000'000, {"--every", "1h"}, "s clock is 60s behind etcd member 127.0.0.1:"},
+      {-5'000'000, {"--min-interval", "30m"}, "s clock is 5s behind etcd member 127.0.0.1:"}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.said);
+    std::vector<std::string> options = c.rule;
+    options.insert(options.end(), {"--log-format", "json"});
+    auto r = run(sh_args("c-skew", "echo x >> ran", options), clock_offset(c.offset_us));
+    EXPECT_EQ(r.exit_code, exit_code::k_unavailable) << r;
+    EXPECT_NE(r.err.find(c.said), std::string::npos) << r;
+    EXPECT_NE(r.err.find(" (clock skew?): " + c.rule[0] + " needs clocks within 2s"), std::string::npos) << r;
+    EXPECT_NE(r.err.find("\"event\":\"clock_skew\""), std::string::npos) << r;
+    EXPECT_EQ(r.err.find("\"event\":\"acquired\""), std::string::npos) << r;
+  }
+  EXPECT_FALSE(read_file(file("ran")).has_value());
+  EXPECT_TRUE(etcd().keys(lock_prefix("c-skew")).empty()) << "a refused trigger wrote to etcd";
+  EXPECT_TRUE(nothing_left("c-skew"));
+  // Within the bound: runs (and writes the rule).
+  auto near = run(sh_args("c-skew", "echo near >> ran", {"--every", "1h"}), clock_offset(1'000'000));
+  EXPECT_EQ(near.exit_code, 0) << near;
+  // Without a rule nothing judges by the clock: runs whatever it says.
+  auto plain = run(sh_args("c-skew-plain", "echo plain >> ran"), clock_offset(3'600'000'000LL));
+  EXPECT_EQ(plain.exit_code, 0) << plain;
+  EXPECT_EQ(read_file(file("ran")).value_or(""), "near\nplain\n");
+  EXPECT_TRUE(nothing_left("c-skew"));
+}
+
+// The command is told the start of the slot its trigger fired in (FENCERUN_SLOT_START in RFC 3339 UTC,
+// FENCERUN_SLOT_START_UNIX), with --slot-offset; the run's record carries the trigger's fire time.
+// Without --every neither variable is set.
+TEST_F(EtcdCronTest, CommandIsToldItsSlotStart) {
+  const long long before = now_us();
+  auto r = job("c-slot", "echo \"$FENCERUN_SLOT_START $FENCERUN_SLOT_START_UNIX\"",
+               {"--every", "1m", "--slot-offset", "7s"});
+  const long long after = now_us();
+  ASSERT_EQ(r.exit_code, 0) << r;
+  // The slot of a time t (Unix seconds): [60k + 7, 60(k + 1) + 7).
+  const auto slot_of = [](long long us) { return (us / 1'000'000 - 7) / 60 * 60 + 7; };
+  const long long s = slot_of(before);
+  const long long e = slot_of(after);  // the same unless the minute turned during the run
+  const std::string told = trim(r.out);
+  EXPECT_TRUE(told == rfc3339(s) + " " + std::to_string(s) || told == rfc3339(e) + " " + std::to_string(e))
+      << told << " (expected " << rfc3339(s) << " " << s << ")";
+  auto h = history("c-slot");
+  ASSERT_EQ(h.size(), 1u);
+  const long long fired = json_int_of(h[0].find("fired_us")).value_or(0);
+  EXPECT_LE(before, fired);
+  EXPECT_LE(fired, json_int_of(h[0].find("start_us")).value_or(0));
+  EXPECT_EQ(std::to_string(slot_of(fired)), told.substr(told.find(' ') + 1));
+
+  auto plain = job("c-slot-plain", "echo \"${FENCERUN_SLOT_START-unset} ${FENCERUN_SLOT_START_UNIX-unset}\"");
+  ASSERT_EQ(plain.exit_code, 0) << plain;
+  EXPECT_EQ(plain.out, "unset unset\n");
+  EXPECT_TRUE(nothing_left("c-slot"));
+}
+
+// An uncontended run with --every makes five requests, as one with --min-interval (the check needs the
+// record read before `run` is put, so the commit is a transaction of its own): grant (whose reply's
+// Date the clock check reads), queue-and-read, the commit with the check, the record, revoke. A plain
+// run makes four. Runs that fail, so that every trigger of the slot runs.
+TEST_F(EtcdCronTest, UncontendedEveryRunMakesFiveRequests) {
+  const EnvList cache = {{"XDG_CACHE_HOME", file("cache").string()}};
+  // Warm: each NAME's base and the records' lease, the cluster's version in the cache.
+  ASSERT_EQ(run(sh_args("c-count", "exit 3", {"--every", "1h"}), cache).exit_code, 3);
+  ASSERT_EQ(run(sh_args("c-count-interval", "exit 3", {"--min-interval", "1h"}), cache).exit_code, 3);
+  ASSERT_EQ(run(sh_args("c-count-plain", "exit 3"), cache).exit_code, 3);
+  constexpr int k_runs = 10;
+  const auto count = [&](const std::string& name, std::vector<std::string> options) {
+    const auto before = handled_requests(etcd());
+    for (int i = 0; i < k_runs; ++i) {
+      auto r = run(sh_args(name, "exit 3", options), cache);
+      EXPECT_EQ(r.exit_code, 3) << r;
+    }
+    std::string by_method;
+    const long long used = requests_between(before, handled_requests(etcd()), by_method);
+    std::cout << name << ": " << used << " requests for " << k_runs << " runs (" << by_method << " )\n";
+    return used;
+  };
+  const long long every = count("c-count", {"--every", "1h"});
+  const long long interval = count("c-count-interval", {"--min-interval", "1h"});
+  const long long plain = count("c-count-plain", {});
+  EXPECT_LE(every, 5 * k_runs);
+  EXPECT_LE(every, interval);
+  EXPECT_LE(plain, 4 * k_runs);
 }
 
 // A member killed while a run holds (the first of the URL, the one a run talks to first, or the

@@ -5,8 +5,11 @@
 // Every test has its own temp dir, the working directory of the fencerun processes it starts.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -18,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -38,12 +42,63 @@ inline constexpr long long kMaxSafeEtcdToken = (1LL << 53) - 1;
 inline const std::string kPrefix = "fencerun:";
 inline std::string wait_prefix(const std::string& name) { return kPrefix + "{" + name + "}:wait/"; }
 inline std::string base_key(const std::string& name) { return kPrefix + "{" + name + "}:base"; }
-// Every key of the lock NAME (":wait/...", ":base", and its record of runs: ":run", ":ok", ":runs").
+// Every key of the lock NAME (":wait/...", ":base", and its record of runs: ":run", ":ok", ":runs",
+// ":rule").
 inline std::string lock_prefix(const std::string& name) { return kPrefix + "{" + name + "}:"; }
 
-// A key of NAME's record of runs (":run", ":ok", ":runs"), which outlive its runs by --records-ttl.
+// A key of NAME's record of runs (":run", ":ok", ":runs", and the rule of --every / --min-interval,
+// ":rule"), which outlive its runs by --records-ttl.
 inline bool is_record_key(std::string_view key) {
-  return key.ends_with("}:run") || key.ends_with("}:ok") || key.ends_with("}:runs");
+  return key.ends_with("}:run") || key.ends_with("}:ok") || key.ends_with("}:runs") || key.ends_with("}:rule");
+}
+
+// Every grpc_server_handled_total counter a member's /metrics shows (requests it handled), by method.
+inline std::map<std::string, long long> handled_requests(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return {};
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string reply;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if (::write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
+      char buf[65536];
+      for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) reply.append(buf, static_cast<std::size_t>(n));
+    }
+  }
+  ::close(fd);
+  std::map<std::string, long long> counts;
+  static const std::regex line(R"re(^grpc_server_handled_total\{.*grpc_method="([^"]*)".*\} ([0-9.e+]+)$)re");
+  std::istringstream in(reply);
+  for (std::string l; std::getline(in, l);) {
+    std::smatch m;
+    if (std::regex_match(l, m, line)) counts[m[1].str()] += static_cast<long long>(std::stod(m[2].str()));
+  }
+  return counts;
+}
+
+// The same, summed over the cluster's members.
+inline std::map<std::string, long long> handled_requests(const EtcdCluster& etcd) {
+  std::map<std::string, long long> all;
+  for (int i = 0; i < etcd.size(); ++i)
+    for (const auto& [method, n] : handled_requests(etcd.client_port(i))) all[method] += n;
+  return all;
+}
+
+// The requests the members handled between two counts, but the holder's watch of its own key (a
+// stream opened once a job has run 20 ms: on a loaded machine even `true` may), and the text by method.
+inline long long requests_between(const std::map<std::string, long long>& before,
+                                  const std::map<std::string, long long>& after, std::string& by_method) {
+  long long used = 0;
+  for (const auto& [method, n] : after) {
+    const long long d = n - (before.contains(method) ? before.at(method) : 0);
+    if (d == 0) continue;
+    if (method != "Watch") used += d;
+    by_method += " " + method + "=" + std::to_string(d);
+  }
+  return used;
 }
 
 inline bool is_lower_hex(std::string_view s) {

@@ -5,9 +5,6 @@
 // members themselves are not harmed here (tests/etcd/etcd_revoke_test.cpp makes the bug happen).
 #include <gtest/gtest.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -30,44 +27,12 @@ constexpr const char* kWaiter =
     "g=$(cat gpid); s=$(sed -n 's/^State:[[:space:]]*\\(.\\).*/\\1/p' /proc/$g/status 2>/dev/null); "
     "if [ -n \"$s\" ] && [ \"$s\" != Z ]; then echo overlap > overlap; fi; echo \"$FENCERUN_TOKEN\" > started";
 
-// Every grpc_server_handled_total counter a member's /metrics shows (requests it handled), by method.
-std::map<std::string, long long> handled_requests(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return {};
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<std::uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string reply;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
-    const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-    if (::write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
-      char buf[65536];
-      for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) reply.append(buf, static_cast<std::size_t>(n));
-    }
-  }
-  ::close(fd);
-  std::map<std::string, long long> counts;
-  static const std::regex line(R"re(^grpc_server_handled_total\{.*grpc_method="([^"]*)".*\} ([0-9.e+]+)$)re");
-  std::istringstream in(reply);
-  for (std::string l; std::getline(in, l);) {
-    std::smatch m;
-    if (std::regex_match(l, m, line)) counts[m[1].str()] += static_cast<long long>(std::stod(m[2].str()));
-  }
-  return counts;
-}
-
 class EtcdLockDelayTest : public EtcdSharedTest {
  protected:
   // XDG_CACHE_HOME in the test's directory: the version check's cache is the test's own.
   EnvList cache_env() { return {{"XDG_CACHE_HOME", file("cache").string()}}; }
 
-  std::map<std::string, long long> handled_by_all() {
-    std::map<std::string, long long> all;
-    for (int i = 0; i < etcd().size(); ++i)
-      for (const auto& [method, n] : handled_requests(etcd().client_port(i))) all[method] += n;
-    return all;
-  }
+  std::map<std::string, long long> handled_by_all() { return handled_requests(etcd()); }
 };
 
 // The holder's fencerun is frozen (its watchdog still stops the job at its deadline) and its lease is
@@ -226,16 +191,8 @@ TEST_F(EtcdLockDelayTest, UncontendedRunMakesFourRequests) {
     auto r = run({"-r", etcd().url(), "count", "--", "true"}, cache_env());
     ASSERT_EQ(r.exit_code, 0) << r;
   }
-  long long used = 0;
   std::string by_method;
-  for (const auto& [method, n] : handled_by_all()) {
-    const long long d = n - (before.contains(method) ? before.at(method) : 0);
-    if (d == 0) continue;
-    // The holder's watch of its own key is a stream opened once the job has run 20 ms (on a loaded
-    // machine, even `true` may): not a request of the acquisition or the release.
-    if (method != "Watch") used += d;
-    by_method += " " + method + "=" + std::to_string(d);
-  }
+  const long long used = requests_between(before, handled_by_all(), by_method);
   std::cout << "requests for " << k_runs << " runs: " << used << " (" << by_method << " )\n";
   EXPECT_LE(used, 4 * k_runs);
 }

@@ -69,6 +69,7 @@ TEST(etcd_keys, one_key_per_lease_under_the_locks_prefix) {
   auto keys = fencerun::lease::etcd_keys_for("fencerun:", "nightly");
   EXPECT_EQ(keys.prefix, "fencerun:{nightly}:wait/");
   EXPECT_EQ(keys.base, "fencerun:{nightly}:base");
+  EXPECT_EQ(keys.rule, "fencerun:{nightly}:rule");
   EXPECT_EQ(keys.key(0x694d8a1f2b3c4d5eLL), "fencerun:{nightly}:wait/694d8a1f2b3c4d5e");
   EXPECT_EQ(fencerun::lease::lease_hex(1), "0000000000000001");
   // A NAME holds no '}', so no lock's prefix is another's.

@@ -155,6 +155,41 @@ std::chrono::milliseconds ms_left(Deadline d) {
 
 }  // namespace
 
+std::optional<std::int64_t> http_date_seconds(std::string_view s) {
+  // "Www, DD Mon YYYY HH:MM:SS GMT"
+  if (s.size() != 29 || s.substr(3, 2) != ", " || s[7] != ' ' || s[11] != ' ' || s[16] != ' ' || s[19] != ':' ||
+      s[22] != ':' || s.substr(25) != " GMT")
+    return std::nullopt;
+  const auto number = [&](std::size_t at, std::size_t n) -> std::optional<int> {
+    int v = 0;
+    auto [end, ec] = std::from_chars(s.data() + at, s.data() + at + n, v);
+    if (ec != std::errc{} || end != s.data() + at + n) return std::nullopt;
+    return v;
+  };
+  constexpr std::string_view months = "JanFebMarAprMayJunJulAugSepOctNovDec";
+  const auto m = months.find(s.substr(8, 3));
+  const auto d = number(5, 2), y = number(12, 4), hh = number(17, 2), mm = number(20, 2), ss = number(23, 2);
+  if (m == std::string_view::npos || m % 3 != 0 || !d || !y || !hh || !mm || !ss || *hh > 23 || *mm > 59 || *ss > 60)
+    return std::nullopt;
+  const std::chrono::year_month_day ymd{std::chrono::year(*y), std::chrono::month(static_cast<unsigned>(m / 3 + 1)),
+                                        std::chrono::day(static_cast<unsigned>(*d))};
+  if (!ymd.ok()) return std::nullopt;
+  const std::int64_t days = std::chrono::sys_days(ymd).time_since_epoch().count();
+  return days * 86400 + *hh * 3600 + *mm * 60 + *ss;
+}
+
+std::optional<std::int64_t> clock_apart_us(const MemberClock& c, std::chrono::microseconds bound) {
+  // The member read its clock at some instant between sent_us and received_us (this host's clock),
+  // and saw a time in [date, date + 1 s). This host is surely ahead by more than `bound` when even
+  // the earliest send is past the latest member time by that much; surely behind when the latest
+  // receipt is before the earliest member time by that much.
+  const std::int64_t earliest = c.date_s * 1'000'000, latest = earliest + 1'000'000;
+  const std::int64_t b = bound.count();
+  if (c.sent_us - latest <= b && earliest - c.received_us <= b) return std::nullopt;
+  // The best single estimate: the middle of both windows.
+  return (c.sent_us + c.received_us) / 2 - (earliest + 500'000);
+}
+
 std::string prefix_end(std::string_view prefix) {
   std::string end(prefix);
   while (!end.empty()) {
@@ -292,6 +327,7 @@ Result<std::unique_ptr<net::Transport>> connect_member(const EtcdEndpoint& ep, s
 
 struct Client::Impl {
   std::vector<std::optional<std::string>> tokens;  // per member: the auth token (simple tokens are a member's own)
+  std::optional<MemberClock> clock;                // of the last reply that had a Date
   // Per member: the keep-alive connection, kept for the run, and whether it answered a request.
   std::vector<std::unique_ptr<net::Transport>> connections;
   std::vector<bool> served;
@@ -305,12 +341,21 @@ struct Attempt {
   std::optional<json> reply;
   Error error{Error::Kind::unavailable, ""};
   bool retry = false;
+  std::optional<MemberClock> clock;  // the member's Date, when its reply had one
 };
 
 struct HttpReply {
   unsigned status = 0;
   std::string body;
+  std::optional<std::int64_t> date_s;  // the Date header, Unix seconds
+  std::int64_t sent_us = 0;            // this host's wall clock when the request went out
+  std::int64_t received_us = 0;        // and when the reply was read
 };
+
+std::int64_t wall_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 // The HTTP exchange with member `i` on its connection (opened now, or kept from an earlier request). A
 // kept connection that turns out closed before a byte of the reply came is replaced once: the member
@@ -336,6 +381,7 @@ Result<HttpReply> exchange(Client::Impl& impl, const EtcdEndpoint& ep, std::size
       conn.reset();
       impl.served[i] = false;
     };
+    const std::int64_t sent_us = wall_us();
     if (auto w = conn->write_all(request.data(), request.size(), deadline); !w) {
       drop();
       if (reused && round == 0 && w.error().kind == net::Error::Kind::connection) continue;
@@ -352,7 +398,12 @@ Result<HttpReply> exchange(Client::Impl& impl, const EtcdEndpoint& ep, std::size
     ReadEnd end = read_message(*conn, parser, in, deadline);
     if (end.ok) {
       const bool keep = parser.get().keep_alive() && in.empty();
-      HttpReply reply{parser.get().result_int(), std::move(parser.get().body())};
+      const auto date = parser.get().find(http::field::date);
+      HttpReply reply{parser.get().result_int(), std::move(parser.get().body()),
+                      date == parser.get().end()
+                          ? std::nullopt
+                          : http_date_seconds(std::string_view(date->value().data(), date->value().size())),
+                      sent_us, wall_us()};
       if (keep) impl.served[i] = true;
       else drop();
       return reply;
@@ -380,6 +431,7 @@ Attempt post(Client::Impl& impl, const EtcdEndpoint& ep, std::size_t i, const st
     return a;
   }
   const unsigned status = got->status;
+  if (got->date_s) a.clock = MemberClock{i, *got->date_s, got->sent_us, got->received_us};
   json reply = json::parse(got->body, nullptr, false);
   if (reply.is_discarded() || !reply.is_object()) {
     a.retry = true;
@@ -478,6 +530,7 @@ struct Call {
       sent_before = sent_before || a.error.maybe_executed || a.reply.has_value();
       if (a.reply) {
         current.store(i);
+        if (a.clock) impl.clock = a.clock;
         return std::move(*a.reply);
       }
       last = a.error;
@@ -703,6 +756,11 @@ Result<MemberStatus> Client::member_status(std::size_t member, Deadline deadline
   }
   if (s.version.empty()) return std::unexpected(Error{Error::Kind::protocol, "not an etcd server (no version)", true});
   return s;
+}
+
+std::optional<MemberClock> Client::last_member_clock() {
+  std::lock_guard g(m_mutex);
+  return m_impl->clock;
 }
 
 Result<std::optional<std::string>> Client::auth_token(std::size_t member, Deadline deadline, bool renew) {

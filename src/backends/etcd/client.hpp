@@ -19,6 +19,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -129,6 +130,23 @@ struct MemberStatus {
 // The end of the range of keys that start with `prefix` (etcd's range_end for a prefix).
 std::string prefix_end(std::string_view prefix);
 
+// A member's clock as one reply showed it: etcd has no clock a client can read, but every reply
+// carries an HTTP Date (the member's clock, truncated to the second). With this host's wall clock
+// when the request went out and when the reply came, it bounds how far apart the two clocks are.
+struct MemberClock {
+  std::size_t member = 0;
+  std::int64_t date_s = 0;       // the reply's Date, Unix seconds
+  std::int64_t sent_us = 0;      // this host's wall clock just before the request was written
+  std::int64_t received_us = 0;  // and once the reply was read
+};
+// An HTTP Date in IMF-fixdate form ("Sun, 06 Nov 1994 08:49:37 GMT", the form servers send), as Unix
+// seconds; nullopt for anything else.
+std::optional<std::int64_t> http_date_seconds(std::string_view date);
+// How far this host's clock is ahead of the member's (negative: behind), in microseconds, when it is
+// surely more than `bound` apart: the member's time at its reply was within [date, date + 1 s), read
+// between sent_us and received_us on this host. nullopt when the two may be within `bound`.
+std::optional<std::int64_t> clock_apart_us(const MemberClock& c, std::chrono::microseconds bound);
+
 class Client {
  public:
   explicit Client(const EtcdEndpoint& endpoint);  // connects to nothing
@@ -163,6 +181,8 @@ class Client {
   // The last request was sent more than once (to another member after a failure): a reply of "not
   // found" may then be the first attempt's doing.
   bool last_request_repeated() const { return m_repeated; }
+  // The clock of the member that answered the last request, when its reply had a Date.
+  std::optional<MemberClock> last_member_clock();
 
   // The auth token to send to `member` (nullopt without a user), authenticating first when there is
   // none yet (`renew`: the one held expired). Waits for the client (another request may be under way)

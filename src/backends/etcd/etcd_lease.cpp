@@ -106,24 +106,49 @@ std::vector<std::string_view> words(std::string_view s) {
   return out;
 }
 
-// The fields of `run`'s value: "OWNER START_US TOKEN PID HOST VERSION TTL_MS" (older versions: no TTL).
+// The fields of `run`'s value: "OWNER START_US TOKEN PID HOST VERSION TTL_MS [FIRE_US]" (older
+// versions: no TTL; FIRE_US, its trigger's fire time, only with --every or --min-interval).
 struct RunInProgress {
   std::string owner, start, token, pid, host, version;
   std::optional<std::uint64_t> ttl_ms;
+  std::optional<std::uint64_t> fire_us;
 };
 std::optional<RunInProgress> parse_run(std::string_view value) {
   const auto w = words(value);
-  if (w.size() != 6 && w.size() != 7) return std::nullopt;
-  RunInProgress r{std::string(w[0]), std::string(w[1]), std::string(w[2]),
-                  std::string(w[3]), std::string(w[4]), std::string(w[5]), std::nullopt};
-  if (w.size() == 7) r.ttl_ms = parse_u64(w[6]);
+  if (w.size() < 6 || w.size() > 8) return std::nullopt;
+  RunInProgress r{std::string(w[0]), std::string(w[1]), std::string(w[2]), std::string(w[3]),
+                  std::string(w[4]), std::string(w[5]), std::nullopt,      std::nullopt};
+  if (w.size() >= 7) r.ttl_ms = parse_u64(w[6]);
+  if (w.size() == 8) r.fire_us = parse_u64(w[7]);
   return r;
+}
+std::string run_text(const RunInProgress& r) {
+  return r.owner + " " + r.start + " " + r.token + " " + r.pid + " " + r.host + " " + r.version +
+         (r.ttl_ms || r.fire_us ? " " + std::to_string(r.ttl_ms.value_or(0)) : "") +
+         (r.fire_us ? " " + std::to_string(*r.fire_us) : "");
 }
 
 // A run still in progress when the lock is taken by another one ended without a release: its record
-// says killed, with what is unknown as '-' (as _runs.lua's record_killed writes it).
+// says killed, with what is unknown as '-' (as _runs.lua's record_killed writes it), and its fire time.
 std::string killed_record(const RunInProgress& r) {
-  return r.start + " - killed - - " + r.token + " " + r.pid + " " + r.host + " " + r.version;
+  return r.start + " - killed - - " + r.token + " " + r.pid + " " + r.host + " " + r.version +
+         (r.fire_us ? " " + std::to_string(*r.fire_us) : "");
+}
+
+// The run in progress as a record (outcome "running"), for the `skipped` event of a trigger whose run
+// it is.
+std::optional<std::string> running_record(const RunInProgress& r) {
+  RunRecord rec;
+  const auto start = parse_u64(r.start);
+  if (!start) return std::nullopt;
+  rec.start_us = *start;
+  rec.outcome = "running";
+  rec.token = parse_u64(r.token);
+  if (auto pid = parse_u64(r.pid)) rec.pid = static_cast<long>(*pid);
+  rec.host = r.host;
+  rec.version = r.version;
+  rec.fire_us = r.fire_us;
+  return run_record_line(rec);
 }
 
 std::string joined_records(const std::vector<std::string>& records) {
@@ -157,17 +182,17 @@ std::int64_t records_ttl_seconds(milliseconds ttl) {
   return std::clamp<std::int64_t>(s, 1, k_max);
 }
 
-// The three record keys as read (nullopt: absent), and the run's own lock key.
+// The record keys as read (nullopt: absent), and the run's own lock key.
 struct RecordState {
-  std::optional<KeyValue> run, ok, runs, own;
+  std::optional<KeyValue> run, ok, runs, rule, own;
 };
 
 // What a write leaves of a record key: unchanged (nullopt), deleted (an empty inner optional) or this
 // value.
 using RecordWrite = std::optional<std::optional<std::string>>;
 struct RecordWrites {
-  RecordWrite run, ok, runs;
-  bool empty() const { return !run && !ok && !runs; }
+  RecordWrite run, ok, runs, rule;
+  bool empty() const { return !run && !ok && !runs && !rule; }
 };
 
 // Reads and writes the record of NAME's runs. Every write is a transaction guarded by the keys' mod
@@ -187,12 +212,13 @@ class EtcdRecords {
   Result<RecordState> read(const std::string& own_key) {
     etcd::TxnRequest t;
     t.success = {etcd::range_op(etcd::single(m_keys.run)), etcd::range_op(etcd::single(m_keys.ok)),
-                 etcd::range_op(etcd::single(m_keys.runs)), etcd::range_op(etcd::single(own_key))};
+                 etcd::range_op(etcd::single(m_keys.runs)), etcd::range_op(etcd::single(m_keys.rule)),
+                 etcd::range_op(etcd::single(own_key))};
     auto r = m_client.txn(t, bound());
     if (!r) return std::unexpected(r.error());
     RecordState s;
-    std::optional<KeyValue>* into[] = {&s.run, &s.ok, &s.runs, &s.own};
-    for (std::size_t i = 0; i < 4; ++i)
+    std::optional<KeyValue>* into[] = {&s.run, &s.ok, &s.runs, &s.rule, &s.own};
+    for (std::size_t i = 0; i < 5; ++i)
       if (r->ranges[i] && !r->ranges[i]->kvs.empty()) *into[i] = r->ranges[i]->kvs.front();
     return s;
   }
@@ -208,13 +234,17 @@ class EtcdRecords {
       const std::optional<KeyValue>& now;
       const RecordWrite& write;
     };
-    const Key keys[] = {{m_keys.run, s.run, w.run}, {m_keys.ok, s.ok, w.ok}, {m_keys.runs, s.runs, w.runs}};
+    const Key keys[] = {{m_keys.run, s.run, w.run},
+                        {m_keys.ok, s.ok, w.ok},
+                        {m_keys.runs, s.runs, w.runs},
+                        {m_keys.rule, s.rule, w.rule}};
     std::vector<std::int64_t> old_leases;
     for (const auto& k : keys)
       if (k.now && k.now->lease != 0 && std::ranges::find(old_leases, k.now->lease) == old_leases.end())
         old_leases.push_back(k.now->lease);
     // `run` carries no lease (it must outlive a holder whose lease is revoked; a release deletes it);
-    // `ok` and `runs` go onto the records' lease.
+    // `ok`, `runs` and `rule` go onto the records' lease (the rule lives as long as the record it
+    // judges by).
     bool puts = false;
     for (const auto& k : keys)
       if (&k.name != &m_keys.run) puts = puts || (k.write && *k.write);
@@ -226,19 +256,22 @@ class EtcdRecords {
     const bool refresh = writes_runs && (!stamp || stamp->ttl_s != m_ttl_s || stamp->us > now ||
                                          now - stamp->us >= quarter_us);
     std::int64_t lease = 0;
-    bool renewed = false;
+    std::optional<std::uint64_t> renewed_us;
     if (puts) {
-      auto chosen = choose_lease(old_leases, refresh, renewed);
+      auto chosen = choose_lease(old_leases, refresh, renewed_us);
       if (!chosen) return std::unexpected(chosen.error());
       lease = *chosen;
     }
     RecordWrites out = w;
     if (writes_runs) {
-      const std::uint64_t kept = renewed || !stamp ? now : stamp->us;
+      const std::uint64_t kept = renewed_us ? *renewed_us : !stamp ? now : stamp->us;
       out.runs = std::optional<std::string>("#kept " + std::to_string(kept) + " " + std::to_string(m_ttl_s) + "\n" +
                                             **w.runs);
     }
-    const Key written[] = {{m_keys.run, s.run, out.run}, {m_keys.ok, s.ok, out.ok}, {m_keys.runs, s.runs, out.runs}};
+    const Key written[] = {{m_keys.run, s.run, out.run},
+                           {m_keys.ok, s.ok, out.ok},
+                           {m_keys.runs, s.runs, out.runs},
+                           {m_keys.rule, s.rule, out.rule}};
     etcd::TxnRequest t;
     if (own_create > 0)
       t.compare.push_back({own_key, etcd::Compare::Target::create_revision, own_create});
@@ -272,8 +305,8 @@ class EtcdRecords {
     }
     if (after) {
       RecordState a = s;
-      std::optional<KeyValue>* into[] = {&a.run, &a.ok, &a.runs};
-      for (std::size_t i = 0; i < 3; ++i) {
+      std::optional<KeyValue>* into[] = {&a.run, &a.ok, &a.runs, &a.rule};
+      for (std::size_t i = 0; i < 4; ++i) {
         const auto& k = written[i];
         if (k.write) {
           if (*k.write) *into[i] = KeyValue{k.name, **k.write, k.now ? k.now->create_revision : r->revision,
@@ -297,26 +330,37 @@ class EtcdRecords {
   Deadline bound() const { return BootClock::now() + m_request.request_timeout; }
 
   // The lease the record keys go onto: the one they carry (kept alive when `refresh`, and kept when its
-  // TTL is the one asked); else a new one (granted once, until a write uses it). `renewed`: the lease
-  // returned was just granted or kept alive.
-  Result<std::int64_t> choose_lease(const std::vector<std::int64_t>& old_leases, bool refresh, bool& renewed) {
+  // TTL is the one asked); else a new one (granted once, until a write uses it). `renewed_us`: when
+  // the lease returned was granted or kept alive (this host's clock), if this run did it.
+  Result<std::int64_t> choose_lease(const std::vector<std::int64_t>& old_leases, bool refresh,
+                                    std::optional<std::uint64_t>& renewed_us) {
     std::int64_t current = old_leases.empty() ? 0 : old_leases.front();
     if (current != 0 && current == m_granted) {
-      renewed = true;
+      renewed_us = m_renewed_us;
+      return current;
+    }
+    // Granted or kept alive by this run already (the rule put at the start, then the record at the
+    // release): no second keep-alive; the stamp says when that was.
+    if (current != 0 && current != m_dead && current == m_renewed) {
+      renewed_us = m_renewed_us;
       return current;
     }
     if (current != 0 && current != m_dead && !refresh) return current;
     std::optional<std::int64_t> current_ttl;
     if (current != 0 && current != m_dead) {
+      const std::uint64_t asked = wall_us();
       auto ttl = m_client.keep_alive(current, bound());
       if (!ttl) return std::unexpected(ttl.error());
       current_ttl = *ttl;
       if (current_ttl && *current_ttl == m_ttl_s) {
-        renewed = true;
+        renewed_us = asked;
+        m_renewed = current;
+        m_renewed_us = asked;
         return current;
       }
     }
     if (m_granted == 0) {
+      m_renewed_us = wall_us();
       // The records' lease has an id of its own (etcd_records_lease_id): a grant that timed out here
       // but was applied later leaves no second lease, only the one the next write of NAME takes.
       const std::int64_t id = etcd_records_lease_id(m_keys.runs, m_ttl_s);
@@ -336,12 +380,14 @@ class EtcdRecords {
       m_granted = g->id;
       m_granted_ttl = g->ttl;
     }
-    renewed = true;
+    renewed_us = m_renewed_us;
     // etcd raised a TTL below its minimum: the current lease, just reset to that TTL, is as good.
     if (current_ttl && *current_ttl == m_granted_ttl) {
       drop_unused();
+      m_renewed = current;
       return current;
     }
+    m_renewed = m_granted;
     return m_granted;
   }
 
@@ -352,6 +398,8 @@ class EtcdRecords {
   std::int64_t m_granted = 0;  // granted by this run, not yet carrying a key
   std::int64_t m_granted_ttl = 0;
   std::int64_t m_dead = 0;  // a lease a put found gone
+  std::int64_t m_renewed = 0;        // the lease this run granted or kept alive last
+  std::uint64_t m_renewed_us = 0;    // when (this host's clock)
 };
 
 // Bounds the transactions a step of the record retries after conflicts (another run writing the
@@ -366,11 +414,13 @@ class EtcdHeldLease final : public KeptLease {
  public:
   EtcdHeldLease(Client& client, std::unique_ptr<EtcdRenewer> renewer, Acquired acquired, std::int64_t lease,
                 std::string key, std::int64_t own_create, std::int64_t revision, EtcdRecords& records,
-                std::optional<std::uint64_t> started_us, std::optional<RecordState> state,
-                const EtcdLeaseTarget& target, const LeaseRequest& request, log::Context context)
+                std::optional<std::uint64_t> started_us, std::optional<std::uint64_t> fired_us,
+                std::optional<RecordState> state, const EtcdLeaseTarget& target, const LeaseRequest& request,
+                log::Context context)
       : KeptLease(*renewer, std::move(acquired), request, std::move(context)), m_renewer(std::move(renewer)),
         m_client(client), m_lease(lease), m_key(std::move(key)), m_own_create(own_create), m_revision(revision),
-        m_records(records), m_started_us(started_us), m_state(std::move(state)), m_target(target) {}
+        m_records(records), m_started_us(started_us), m_fired_us(fired_us), m_state(std::move(state)),
+        m_target(target) {}
 
   ~EtcdHeldLease() override {
     try {
@@ -385,8 +435,12 @@ class EtcdHeldLease final : public KeptLease {
   // By this host's clock (etcd has none a client can read).
   std::optional<std::uint64_t> started_us() const override { return m_started_us; }
   JobFacts job_facts() const override {
-    return {m_acquired.token, m_request.lock, m_request.owner, m_request.timing.ttl.count(), 0, 1,
-            "FENCERUN_ETCD_URL", m_target.redacted_url, {{"FENCERUN_ETCD_LEASE", lease_hex(m_lease)}}, std::nullopt};
+    JobFacts f{m_acquired.token, m_request.lock, m_request.owner, m_request.timing.ttl.count(), 0, 1,
+               "FENCERUN_ETCD_URL", m_target.redacted_url, {{"FENCERUN_ETCD_LEASE", lease_hex(m_lease)}}, {}};
+    // The slot the trigger fired in, not the one it got the lock in (a waiter runs for its own slot).
+    if (m_request.every && m_fired_us)
+      f.slot_start_us = slot_start_us(slot_index(*m_fired_us, *m_request.every), *m_request.every);
+    return f;
   }
 
   void keep(std::function<void(Deadline)> on_renewed) override {
@@ -471,7 +525,8 @@ class EtcdHeldLease final : public KeptLease {
           std::to_string(*m_started_us) + " " + std::to_string(end) + " " + outcome + " " +
           (how.exit_code ? std::to_string(*how.exit_code) : "-") + " " + (how.signal ? std::to_string(*how.signal) : "-") +
           " " + token + " " + std::to_string(m_request.pid) + " " + (m_request.host.empty() ? "-" : m_request.host) +
-          " " + (m_request.version.empty() ? "-" : m_request.version);
+          " " + (m_request.version.empty() ? "-" : m_request.version) +
+          (m_fired_us ? " " + std::to_string(*m_fired_us) : "");
       std::vector<std::string> list = s->runs ? etcd_run_records(s->runs->value) : std::vector<std::string>();
       bool replaced = false;
       for (auto& r : list) {
@@ -486,7 +541,13 @@ class EtcdHeldLease final : public KeptLease {
       if (list.size() > m_records.keep()) list.resize(m_records.keep());
       RecordWrites w;
       w.runs = std::optional<std::string>(joined_records(list));
-      if (outcome == "ok") w.ok = std::optional<std::string>(record);
+      // The last success is the one whose trigger fired last (close_run in _runs.lua): a waiter of an
+      // older slot that succeeds after a newer slot's run does not hide that run.
+      if (outcome == "ok") {
+        const auto last = s->ok ? parse_run_record(s->ok->value) : std::nullopt;
+        const auto mine = parse_run_record(record);
+        if (!last || !mine || fired_us_of(*mine) >= fired_us_of(*last)) w.ok = std::optional<std::string>(record);
+      }
       if (s->run)
         if (auto run = parse_run(s->run->value); run && run->owner == m_request.owner) w.run = std::optional<std::string>();
       auto wrote = m_records.write(*s, ours ? m_own_create : 0, m_key, w);
@@ -535,6 +596,7 @@ class EtcdHeldLease final : public KeptLease {
   std::int64_t m_revision;
   EtcdRecords& m_records;
   std::optional<std::uint64_t> m_started_us;  // the run's start in the record (none: not recorded)
+  std::optional<std::uint64_t> m_fired_us;    // its trigger's fire time (--every, --min-interval)
   std::optional<RecordState> m_state;         // the record as begin_run() left it
   const EtcdLeaseTarget& m_target;
   bool m_released = false;
@@ -549,7 +611,7 @@ class EtcdHeldLease final : public KeptLease {
 struct Look {
   std::int64_t revision = 0;
   std::vector<KeyValue> queue;
-  std::optional<KeyValue> own, base, run, ok, runs, delay;
+  std::optional<KeyValue> own, base, run, ok, runs, delay, rule;
 };
 
 // The greatest token the record shows as issued: the run in progress's, the records kept, the last
@@ -586,7 +648,8 @@ class EtcdLease final : public Lease {
  public:
   EtcdLease(EtcdLeaseTarget target, LeaseRequest request)
       : m_target(std::move(target)), m_request(std::move(request)), m_client(m_target.endpoint),
-        m_keys(etcd_keys_for(m_target.key_prefix, m_request.lock)), m_records(m_client, m_keys, m_request) {}
+        m_keys(etcd_keys_for(m_target.key_prefix, m_request.lock)), m_records(m_client, m_keys, m_request),
+        m_rule(schedule_rule(m_request.every, m_request.min_interval, m_request.records.ttl)) {}
 
   std::expected<std::unique_ptr<HeldLease>, NotAcquired> acquire(Waiter& waiter, milliseconds& waited) override;
 
@@ -611,7 +674,7 @@ class EtcdLease final : public Lease {
     bool fresh = false;  // `look` was read just now (by the transaction that put the key)
     Look look;
   };
-  enum class Began { run, skipped, lost, conflict };
+  enum class Began { run, skipped, lost, conflict, rule_mismatch };
 
   void log_unavailable(const Error& e) const {
     log::event(log::Level::error, "etcd_unavailable", "cannot use etcd at " + m_target.redacted_url + ": " + e.message,
@@ -659,7 +722,8 @@ class EtcdLease final : public Lease {
   }
 
   void log_skipped(const Skipped& skipped) const {
-    lease::log_skipped(m_request.lock, m_request.rule(), skipped.last_success, skipped.now_us, skipped.now_us, false);
+    lease::log_skipped(m_request.lock, m_request.rule(), skipped.last_success, skipped.now_us, skipped.fired_us,
+                       skipped.in_progress);
   }
 
   // One transaction: `put` (when given: only if the key is not there yet) and the lock read back;
@@ -689,7 +753,18 @@ class EtcdLease final : public Lease {
   EtcdRecords m_records;
   std::optional<std::uint64_t> m_started_us;  // of the run that begin_run() put
   std::optional<RecordState> m_state;         // the record as begin_run() left it
+  std::string m_rule;                         // schedule_rule() of this trigger ("" none)
+  std::string m_held_rule;                    // the lock's other rule, when begin_run() found one
+  // The trigger's fire time: this host's clock at its first request, kept while it waits.
+  std::optional<std::uint64_t> m_fired_us;
+  bool m_clock_checked = false;
+  std::optional<std::pair<etcd::MemberClock, std::int64_t>> m_skewed;  // the reply, and how far apart
 };
+
+// How far this host's clock may be from an etcd member's for --every and --min-interval: the rule
+// compares times written by different hosts, so they must share one clock (the cluster's, as
+// closely as a Date with 1 s resolution and a round trip can tell).
+constexpr std::chrono::seconds k_clock_bound{2};
 
 Result<std::optional<Look>> EtcdLease::read_lock(const std::string& own_key, const std::optional<etcd::Op>& put,
                                                  Deadline bound, bool commit) {
@@ -698,7 +773,8 @@ Result<std::optional<Look>> EtcdLease::read_lock(const std::string& own_key, con
       etcd::range_op({m_keys.prefix, etcd::prefix_end(m_keys.prefix), etcd::Sort::create_ascending, 0, 0}),
       etcd::range_op(etcd::single(own_key)),    etcd::range_op(etcd::single(m_keys.base)),
       etcd::range_op(etcd::single(m_keys.run)), etcd::range_op(etcd::single(m_keys.ok)),
-      etcd::range_op(etcd::single(m_keys.runs)), etcd::range_op(etcd::single(m_keys.delay))};
+      etcd::range_op(etcd::single(m_keys.runs)), etcd::range_op(etcd::single(m_keys.delay)),
+      etcd::range_op(etcd::single(m_keys.rule))};
   if (put) {
     // Already there: an earlier attempt of this request ran (its answer was lost).
     t.compare.push_back({own_key, etcd::Compare::Target::create_revision, 0});
@@ -728,8 +804,8 @@ Result<std::optional<Look>> EtcdLease::read_lock(const std::string& own_key, con
   l.revision = r->revision;
   l.queue = std::move(r->ranges[off]->kvs);
   etcd_sort_queue(l.queue);
-  std::optional<KeyValue>* into[] = {&l.own, &l.base, &l.run, &l.ok, &l.runs, &l.delay};
-  for (std::size_t i = 0; i < 6; ++i) {
+  std::optional<KeyValue>* into[] = {&l.own, &l.base, &l.run, &l.ok, &l.runs, &l.delay, &l.rule};
+  for (std::size_t i = 0; i < 7; ++i) {
     const auto& range = r->ranges[off + 1 + i];
     if (range && !range->kvs.empty()) *into[i] = range->kvs.front();
   }
@@ -738,8 +814,7 @@ Result<std::optional<Look>> EtcdLease::read_lock(const std::string& own_key, con
     if (auto run = parse_run(l.run->value); run && run->token == "=")
       if (auto base = parse_u64(l.base->value)) {
         run->token = std::to_string(*base + static_cast<std::uint64_t>(l.run->mod_revision));
-        l.run->value = run->owner + " " + run->start + " " + run->token + " " + run->pid + " " + run->host + " " +
-                       run->version + (run->ttl_ms ? " " + std::to_string(*run->ttl_ms) : "");
+        l.run->value = run_text(*run);
       }
   return std::optional<Look>(std::move(l));
 }
@@ -747,15 +822,18 @@ Result<std::optional<Look>> EtcdLease::read_lock(const std::string& own_key, con
 std::string EtcdLease::run_value(std::uint64_t start_us, const std::string& token) const {
   return m_request.owner + " " + std::to_string(start_us) + " " + token + " " + std::to_string(m_request.pid) + " " +
          (m_request.host.empty() ? "-" : m_request.host) + " " + (m_request.version.empty() ? "-" : m_request.version) +
-         " " + std::to_string(m_request.timing.ttl.count());
+         " " + std::to_string(m_request.timing.ttl.count()) +
+         (m_request.rule().any() && m_fired_us ? " " + std::to_string(*m_fired_us) : "");
 }
 
 Result<EtcdLease::Began> EtcdLease::begin_run(const Queued& q, std::uint64_t token, Skipped& skipped) {
-  // This host's clock: the run's start, and the --min-interval check against the last success's.
+  // This host's clock: the run's start. --every and --min-interval judge by the trigger's fire time
+  // (this host's clock at its first request) against the records' (their hosts' clocks, which the
+  // clock check keeps within 2 s of the cluster's, so of each other's).
   const std::uint64_t now_us = wall_us();
   const std::string token_text = std::to_string(token);
   // Over the state the lock was just read in; after a conflict the caller reads again.
-  const RecordState state{q.look.run, q.look.ok, q.look.runs, q.look.own};
+  const RecordState state{q.look.run, q.look.ok, q.look.runs, q.look.rule, q.look.own};
   const RecordState* s = &state;
   if (!s->own || s->own->create_revision != q.own.create_revision || s->own->lease != q.lease) return Began::lost;
   std::optional<RunInProgress> run;
@@ -779,16 +857,25 @@ Result<EtcdLease::Began> EtcdLease::begin_run(const Queued& q, std::uint64_t tok
   }
   if (s->run) w.run = std::optional<std::string>();
   bool skip = false;
-  if (m_request.min_interval && s->ok) {
-    const auto last = parse_run_record(s->ok->value);
-    const auto min_us = static_cast<long double>(m_request.min_interval->count()) * 1000;
-    // A start ahead of this host's clock counts as just now.
-    if (last && static_cast<long double>(now_us) - static_cast<long double>(last->start_us) < min_us) {
+  if (m_request.rule().any() && m_fired_us) {
+    // The rule of schedule.hpp, over `ok` and `runs` as read: this transaction writes `run` only if
+    // they are unchanged, so two triggers never both pass it (as the acquire script on Redis).
+    if (s->rule && s->rule->value != m_rule) {
+      m_held_rule = s->rule->value;
+      return Began::rule_mismatch;
+    }
+    const std::vector<std::string> runs = s->runs ? etcd_run_records(s->runs->value) : std::vector<std::string>();
+    if (auto done = already_done(m_request.rule(), *m_fired_us, s->ok ? std::optional(s->ok->value) : std::nullopt,
+                                 runs)) {
       skip = true;
-      skipped = Skipped{s->ok->value, now_us};
+      skipped = Skipped{*done, now_us, *m_fired_us, false};
     }
   }
-  if (!skip) w.run = std::optional<std::string>(run_value(now_us, token_text));
+  if (!skip) {
+    w.run = std::optional<std::string>(run_value(now_us, token_text));
+    // The rule the lock's triggers share, stored with the record (on its lease) by the first one.
+    if (!m_rule.empty() && !s->rule) w.rule = std::optional<std::string>(m_rule);
+  }
   RecordState after;
   auto wrote = m_records.write(*s, q.own.create_revision, q.key, w, &after);
   if (!wrote) return std::unexpected(wrote.error());
@@ -804,10 +891,23 @@ Result<void> EtcdLease::enqueue(Queued& q, const LeaseSchedule& schedule) {
   // A reply that comes after the stop point is of no use (the command could not start).
   const Deadline bound = std::min(now + m_request.request_timeout, schedule.stop_at(schedule.deadline_after(now)));
   const std::int64_t ttl_s = m_request.timing.ttl.count() / 1000;
+  if (!m_fired_us) m_fired_us = wall_us();
   auto grant = m_client.grant(ttl_s, bound);
   if (!grant) return std::unexpected(grant.error());
   q.lease = grant->id;
   q.sent = now;
+  // The one-clock check of --every and --min-interval, on the grant's reply (no request of its own):
+  // the record's times are the wall clocks of the hosts that wrote them, so every host's must be the
+  // cluster's within k_clock_bound. A host too far off takes nothing: its lease is revoked at once.
+  if (m_request.rule().any() && !m_clock_checked)
+    if (const auto clock = m_client.last_member_clock()) {
+      m_clock_checked = true;
+      if (const auto apart = etcd::clock_apart_us(*clock, k_clock_bound)) {
+        m_skewed.emplace(*clock, *apart);
+        leave(q);
+        return {};
+      }
+    }
   if (grant->ttl < ttl_s) {  // etcd raises a TTL below its minimum, never lowers one
     leave(q);
     return std::unexpected(Error{Error::Kind::protocol,
@@ -817,9 +917,10 @@ Result<void> EtcdLease::enqueue(Queued& q, const LeaseSchedule& schedule) {
   }
   q.key = m_keys.key(q.lease);
   QueueValue v{m_request.owner, m_request.pid, m_request.host, m_request.timing.ttl.count(), q.ticket};
-  // The commit joins the queueing transaction only where nothing needs a look first: no
-  // --min-interval check, no place kept from a revocation.
-  const bool commit = !m_request.min_interval && q.ticket == 0 && !q.saw_revocation;
+  // The commit joins the queueing transaction only where nothing needs a look first: no --every or
+  // --min-interval check (it needs the record read before `run` is put), no place kept from a
+  // revocation.
+  const bool commit = !m_request.rule().any() && q.ticket == 0 && !q.saw_revocation;
   auto look = read_lock(q.key, etcd::put_op(q.key, queue_value(v), q.lease), bound, commit);
   if (!look) {
     leave(q);
@@ -904,6 +1005,25 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> EtcdLease::acquire(Waiter
     if (auto sig = waiter.sleep_until(wake, -1, woken)) return refuse(NotAcquired::Reason::interrupted, *sig);
     return std::nullopt;
   };
+  // NAME's record was written with another rule: nothing is run (as on Redis, before waiting).
+  const auto refuse_rule = [&](const std::string& held) {
+    log_rule_mismatch(m_request.lock, held, m_rule);
+    q.ticket = 0;
+    NotAcquired why{NotAcquired::Reason::rule_mismatch};
+    why.held_rule = held;
+    leave(q);
+    waited = since(began);
+    return std::unexpected(why);
+  };
+  // --every, --min-interval: this trigger's run already ran, or (`in_progress`) is running.
+  const auto skip = [&](const Skipped& skipped) {
+    log_skipped(skipped);
+    q.ticket = 0;
+    leave(q);  // revoking the lease deletes our key: the next run acquires at once
+    waited = since(began);
+    const auto last = parse_run_record(skipped.last_success);
+    return std::unexpected(NotAcquired{NotAcquired::Reason::skipped, 0, 0, last ? last->start_us : 0});
+  };
   // Our key is gone (revoked, expired, deleted): queue again, keeping our place.
   const auto requeue = [&] {
     q.saw_revocation = true;
@@ -916,6 +1036,19 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> EtcdLease::acquire(Waiter
       if (auto ok = enqueue(q, schedule); !ok) {
         if (auto out = on_error(ok.error())) return *out;
         continue;
+      }
+      if (m_skewed) {
+        const auto& [clock, apart] = *m_skewed;
+        const std::int64_t secs = ((apart < 0 ? -apart : apart) + 500'000) / 1'000'000;
+        const std::string option = m_request.every ? "--every" : "--min-interval";
+        log::event(log::Level::error, "clock_skew",
+                   "this host's clock is " + std::to_string(secs) + "s " + (apart < 0 ? "behind" : "ahead of") +
+                       " etcd member " + m_client.member_name(clock.member) + " (clock skew?): " + option +
+                       " needs clocks within " + util::format_duration(k_clock_bound),
+                   {{"lock", m_request.lock},
+                    {"member", m_client.member_name(clock.member)},
+                    log::millis("skew", milliseconds(apart / 1000), std::to_string(apart / 1000) + "ms")});
+        return refuse(NotAcquired::Reason::unavailable);
       }
       if (q.lease == 0) continue;  // its lease was gone at once
     } else if (!q.fresh ||
@@ -942,6 +1075,7 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> EtcdLease::acquire(Waiter
       continue;
     }
     q.own = *l.own;
+    if (!m_rule.empty() && l.rule && l.rule->value != m_rule) return refuse_rule(l.rule->value);
     if (!l.base) {
       // The lock's first use: its base, once (set from the clock, never changed).
       etcd::TxnRequest t;
@@ -1063,14 +1197,8 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> EtcdLease::acquire(Waiter
           continue;
         }
         if (*begun == Began::conflict) continue;  // another holder or run wrote first: read again
-        if (*begun == Began::skipped) {
-          log_skipped(skipped);
-          q.ticket = 0;
-          leave(q);  // revoking the lease deletes our key: the next run acquires at once
-          waited = since(began);
-          const auto last = parse_run_record(skipped.last_success);
-          return std::unexpected(NotAcquired{NotAcquired::Reason::skipped, 0, 0, last ? last->start_us : 0});
-        }
+        if (*begun == Began::rule_mismatch) return refuse_rule(m_held_rule);
+        if (*begun == Began::skipped) return skip(skipped);
       }
       // A lock-delay that ended by the vanished run's close is of no use any more.
       if (l.delay && l.delay->lease != 0)
@@ -1088,6 +1216,12 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> EtcdLease::acquire(Waiter
     // Busy (behind a key, or in the lock-delay of a vanished holder's run).
     const Deadline now = BootClock::now();
     if (wait_until && now >= *wait_until) {
+      // A holder running this trigger's own run (--every: its slot's; --min-interval: one that
+      // started less than the interval before it fired): a skip, not a conflict.
+      if (run_of_other && m_request.rule().any() && m_fired_us)
+        if (const auto start = parse_u64(run->start);
+            start && run_counts_for(m_request.rule(), *start, run->fire_us, *m_fired_us))
+          if (auto record = running_record(*run)) return skip(Skipped{*record, wall_us(), *m_fired_us, true});
       if (ahead) log_busy(ahead, q.base);
       else log_delay_busy(*run);
       return refuse(NotAcquired::Reason::busy);
@@ -1256,9 +1390,10 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> EtcdLease::granted(Queued
   auto renewer = std::make_unique<EtcdRenewer>(m_client, q.lease, q.key);
   const std::int64_t revision = m_state && m_state->run ? std::max(q.look.revision, m_state->run->mod_revision)
                                                          : q.look.revision;
-  auto held = std::make_unique<EtcdHeldLease>(m_client, std::move(renewer), std::move(acquired), q.lease, q.key,
-                                              q.own.create_revision, revision, m_records, m_started_us,
-                                              std::move(m_state), m_target, m_request, context);
+  auto held = std::make_unique<EtcdHeldLease>(
+      m_client, std::move(renewer), std::move(acquired), q.lease, q.key, q.own.create_revision, revision, m_records,
+      m_started_us, m_request.rule().any() ? m_fired_us : std::nullopt, std::move(m_state), m_target, m_request,
+      context);
   m_state.reset();
   log::event(log::Level::info, "acquired", "acquired lock", context,
              {log::millis("ttl", m_request.timing.ttl, util::format_duration(m_request.timing.ttl))});
@@ -1332,7 +1467,7 @@ std::string EtcdKeys::key(std::int64_t lease) const { return prefix + lease_hex(
 
 EtcdKeys etcd_keys_for(std::string_view key_prefix, std::string_view name) {
   const std::string tag = std::string(key_prefix) + "{" + std::string(name) + "}:";
-  return {tag + "wait/", tag + "base", tag + "run", tag + "ok", tag + "runs", tag + "delay"};
+  return {tag + "wait/", tag + "base", tag + "run", tag + "ok", tag + "runs", tag + "delay", tag + "rule"};
 }
 
 std::vector<std::string> etcd_run_records(std::string_view value, std::size_t count) {

@@ -25,23 +25,29 @@
 // overrides it), and waits until the server expires it or the vanished holder closes its run (it does
 // once its whole job is gone). Timed by the server's lease, one clock for every host.
 //
-// The record of runs (run_record.hpp), beside the lock; `ok` and `runs` attached to one etcd lease of
-// --records-ttl (kept alive by a release at most every quarter of that TTL, when the stamp
+// The record of runs (run_record.hpp), beside the lock; `ok`, `runs` and `rule` attached to one etcd
+// lease of --records-ttl (kept alive by a release at most every quarter of that TTL, when the stamp
 // "#kept US TTL_S" that heads `runs` says so; a NAME unused that long leaves nothing), `run` to none:
 //
-//   <prefix>{NAME}:run    the run in progress: "OWNER START_US TOKEN PID HOST VERSION TTL_MS"
+//   <prefix>{NAME}:run    the run in progress: "OWNER START_US TOKEN PID HOST VERSION TTL_MS [FIRE_US]"
 //   <prefix>{NAME}:ok     the last successful run's record
 //   <prefix>{NAME}:runs   "#kept US TTL_S", then the last --keep-runs records, newest first, one per line
+//   <prefix>{NAME}:rule   --every / --min-interval: the rule the lock's triggers share (schedule_rule)
 //
-// Times are this host's wall clock (etcd has none a client can read). The holder writes them in
-// transactions that compare its own key's create_revision (it holds the lock only while that key is
-// there) and the three keys' mod_revision as read: the --min-interval check and the write of `run` are
-// one such transaction, so two hosts never both pass it.
+// Times are this host's wall clock (etcd has none a client can read); so is a trigger's fire time
+// (FIRE_US, and the records' tenth field), taken at its first request and kept while it waits. The
+// holder writes them in transactions that compare its own key's create_revision (it holds the lock
+// only while that key is there) and the record keys' mod_revision as read: the check of --every or
+// --min-interval (schedule.hpp's already_done) and the write of `run` are one such transaction, so two
+// hosts never both pass it. Because those times come from several hosts' clocks, a trigger with a rule
+// is refused (69) when this host's clock is more than 2 s from the member's, as the Date of its
+// LeaseGrant's reply tells (etcd::clock_apart_us).
 //
 // An uncontended run makes four requests: LeaseGrant; one transaction that puts the key, reads the
 // queue, the base and the record, and (nested, when nobody was queued and no run was in progress)
-// puts `run`; after the command, one that writes the record; LeaseRevoke. `run` carries no lease: it
-// must outlive a holder whose lease was revoked; a release deletes it.
+// puts `run`; after the command, one that writes the record; LeaseRevoke. With --every or
+// --min-interval the commit is a transaction of its own (the check reads the record first): five.
+// `run` carries no lease: it must outlive a holder whose lease was revoked; a release deletes it.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -64,6 +70,7 @@ struct EtcdKeys {
   std::string ok;      // <prefix>{NAME}:ok
   std::string runs;    // <prefix>{NAME}:runs
   std::string delay;   // <prefix>{NAME}:delay
+  std::string rule;    // <prefix>{NAME}:rule   the rule of --every / --min-interval its triggers share
   std::string key(std::int64_t lease) const;  // prefix + the lease id in 16 lower-case hex digits
 };
 EtcdKeys etcd_keys_for(std::string_view key_prefix, std::string_view name);
