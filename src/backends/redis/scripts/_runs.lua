@@ -173,7 +173,8 @@ local function close_run(ours, owner, a, i, slot)
   -- The last success is the one whose trigger fired last: a waiter of an older slot that succeeds
   -- after a newer slot's run does not hide that run.
   if outcome == 'ok' then
-    local last = redis.call('GET', base .. 'ok')
+    -- (Only a run with a rule has a fire time; one without replaces the last success as it always did.)
+    local last = fields[10] and redis.call('GET', base .. 'ok')
     if not last or (record_fire(record) or 0) >= (record_fire(last) or 0) then
       redis.call('SET', base .. 'ok', record, 'PX', ttl_ms)
     else

@@ -24,7 +24,8 @@
 -- Busy:     {0, holder's PTTL (-2 when free but another waiter's turn), holder's value (false when
 --            the caller is queued), version, ms left of that waiter's turn (0 when the lock is held),
 --            the caller's place in the queue (0 first, -1 not queued), the queue's length,
---            the server's time (microseconds; '' without records), the run in progress (false: none)}.
+--            the server's time (microseconds; '' without a rule), the run in progress (false: none
+--            or no rule)}.
 -- Another limit: {2, the limit NAME's slots are held with (--limit N), version}; nothing is changed.
 -- token = max(counter + 1, server time in microseconds), returned as a string so it always prints as
 -- a plain integer. While the counter survives, tokens increase. When it was lost (a restart without
@@ -43,20 +44,23 @@ local wake, turn_ms = ARGV[7], tonumber(ARGV[8])
 local base = ARGV[11]
 local records_ttl, keep = tonumber(ARGV[13] or ''), tonumber(ARGV[14] or '')
 local records = base and records_ttl and keep
-local now_us = records and server_now_us() or nil
 local rule = ARGV[19] or ''
+-- A trigger with a rule needs the server's time in every answer (its fire time is that of its first
+-- request); others read it only once the lock is free, as before.
+local ruled = records and rule ~= ''
+local now_us = ruled and server_now_us() or nil
 
 -- Triggers of one lock share one rule (--every, --slot-offset, --min-interval, --records-ttl).
-if records and rule ~= '' then
+if ruled then
   local stored = redis.call('GET', base .. 'rule')
   if stored and stored ~= rule then return {4, stored, version} end
 end
 
 -- A busy reply: the caller's place in the queue and the queue's length; a queued caller that is not
--- in the queue joins it at the end. With records, the server's time and the run in progress.
+-- in the queue joins it at the end. With a rule, the server's time and the run in progress.
 local function busy(pttl, holder, turn_left)
   local now_text, run = '', false
-  if records then
+  if ruled then
     now_text = string.format('%.0f', now_us)
     run = redis.call('GET', base .. 'run') or false
   end
@@ -115,6 +119,7 @@ end
 
 -- The lock is this caller's to take: first what the record of runs says (a run that ended without a
 -- release is recorded as killed; --min-interval looks at the last success).
+if records and not now_us then now_us = server_now_us() end
 local fire = tonumber(ARGV[18] or '') or now_us
 local new_record = 0
 if records then
