@@ -581,7 +581,8 @@ class QuorumLease final : public Lease {
     m_ops.keep_records({m_request.records, m_request.min_interval ? m_request.min_interval->count() : 0,
                         m_request.version, m_request.every ? m_request.every->period.count() : 0,
                         m_request.every ? m_request.every->offset.count() : 0,
-                        schedule_rule(m_request.every, m_request.min_interval, m_request.records.ttl)});
+                        schedule_rule(m_request.every, m_request.min_interval, m_request.records.ttl),
+                        false});  // --if-record-lost skip: refused in quorum mode (registry.cpp)
   }
 
   std::expected<std::unique_ptr<HeldLease>, NotAcquired> acquire(Waiter& waiter, milliseconds& waited) override;
