@@ -7,6 +7,7 @@
 // server restarted empty in the middle of a run) and the slots' timeline are in tests/contract.
 #include <csignal>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <sstream>
 #include <string>
@@ -56,6 +57,15 @@ class QuorumCronTest : public QuorumTest {
     const long long offset_ms = (now_ms + day_ms / 2) % day_ms;
     slot_start = (now_ms - day_ms / 2) / 1000;
     return {"--every", "24h", "--slot-offset", std::to_string(offset_ms) + "ms", "--skip-exit-code", "9"};
+  }
+  // "2026-12-05T10:00:00Z" for Unix seconds.
+  static std::string rfc3339(long long unix_s) {
+    const std::time_t t = static_cast<std::time_t>(unix_s);
+    std::tm tm{};
+    ::gmtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
   }
   // The fields of a record on server i ("<start> <end> <outcome> ... <version> [<fire>]"), empty when none.
   std::vector<std::string> record_fields(std::size_t i, const std::string& key) {
@@ -181,6 +191,10 @@ TEST_F(QuorumCronTest, OneRunPerSlotThroughAServerRestartedEmpty) {
   ASSERT_EQ(h.size(), 1u);
   EXPECT_EQ(field(h[0], "outcome"), "ok");
   EXPECT_NE(field(h[0], "fired_us"), "<missing>");
+  // status: the rule the servers store and the slot's state, on the merged record.
+  auto status = run(quorum({"status", "job"}));
+  EXPECT_NE(status.out.find("rule: --every 24h --slot-offset "), std::string::npos) << status;
+  EXPECT_NE(status.out.find("slot: " + rfc3339(slot_start) + ", succeeded; next slot "), std::string::npos) << status;
 }
 
 // A waiter whose first request server 3 did not answer (it was down for a second more) takes server
