@@ -26,10 +26,9 @@ constexpr std::array<std::string_view, 2> k_etcd_schemes = {"etcd", "etcds"};
 constexpr std::string_view k_no_early_expiry =
     "a Redis key is deleted only when its TTL ran out on the server, after the holder's own deadline";
 constexpr std::array<Unsupported, 1> k_redis_lacks = {{{C::lock_delay, k_no_early_expiry}}};
-constexpr std::array<Unsupported, 9> k_quorum_lacks = {{
+constexpr std::array<Unsupported, 8> k_quorum_lacks = {{
     {C::lock_delay, k_no_early_expiry},
     {C::if_record_lost, "not yet"},
-    {C::every, "not yet: use --min-interval"},
     {C::limit, ""},
     {C::fair, ""},
     {C::min_replicas, "a majority of independent servers takes the place of replica acknowledgement"},

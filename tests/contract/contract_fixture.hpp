@@ -67,7 +67,7 @@ inline Capabilities capabilities(SetupId s) {
     case SetupId::sentinel:
       return {.fair = true, .break_lock = true, .last_token_when_free = true, .every = true, .if_record_lost = true};
     // Quorum mode refuses --fair and break (exit 64).
-    case SetupId::quorum: return {.fair = false, .break_lock = false, .last_token_when_free = true, .every = false,
+    case SetupId::quorum: return {.fair = false, .break_lock = false, .last_token_when_free = true, .every = true,
                                   .if_record_lost = false};
     // etcd's queue is first come, first served (--fair is accepted and is how it always works);
     // its last token is the newest key's, so a free lock has none (the record keeps it).

@@ -1,10 +1,15 @@
-// --min-interval and the record of runs in quorum mode: every server keeps the record beside the lock
-// (written at the release, in the same step as each server's compare-and-delete); an acquisition that
-// holds a majority takes the newest success (by token) of the servers that answered. The newest record
-// winning over an older one; a killed run; history merged over the servers. The fleet (one run per
-// period, with a server restarted empty in the middle of a run) is in tests/contract.
+// --min-interval, --every and the record of runs in quorum mode: every server keeps the record beside
+// the lock (written at the release, in the same step as each server's compare-and-delete); an
+// acquisition that holds a majority judges by each server's record on that server's clock (--min-interval:
+// the newest success by token). The newest record winning over an older one; a killed run; history
+// merged over the servers; one run per slot through a server restarted empty between two triggers; the
+// fire time of a server that missed the trigger's first request. The fleet (one run per period, with a
+// server restarted empty in the middle of a run) and the slots' timeline are in tests/contract.
 #include <csignal>
+#include <cstdlib>
+#include <ctime>
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -43,6 +48,31 @@ class QuorumCronTest : public QuorumTest {
     if (!f) return "<missing>";
     if (f->kind == Json::Kind::Null) return "null";
     return f->text;
+  }
+  // --every 24h with the slot of now starting 12 h ago on server 1's clock (the servers share the host's
+  // clock): every trigger of a test falls in that slot. Its start, Unix seconds, in `slot_start`.
+  std::vector<std::string> one_slot_for_the_test(long long& slot_start) {
+    constexpr long long day_ms = 86'400'000;
+    const long long now_ms = server(0).time_us() / 1000;
+    const long long offset_ms = (now_ms + day_ms / 2) % day_ms;
+    slot_start = (now_ms - day_ms / 2) / 1000;
+    return {"--every", "24h", "--slot-offset", std::to_string(offset_ms) + "ms", "--skip-exit-code", "9"};
+  }
+  // "2026-12-05T10:00:00Z" for Unix seconds.
+  static std::string rfc3339(long long unix_s) {
+    const std::time_t t = static_cast<std::time_t>(unix_s);
+    std::tm tm{};
+    ::gmtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
+  }
+  // The fields of a record on server i ("<start> <end> <outcome> ... <version> [<fire>]"), empty when none.
+  std::vector<std::string> record_fields(std::size_t i, const std::string& key) {
+    std::vector<std::string> f;
+    std::istringstream in(server(i).get(key).value_or(""));
+    for (std::string w; in >> w;) f.push_back(w);
+    return f;
   }
 };
 
@@ -118,6 +148,96 @@ TEST_F(QuorumCronTest, KilledAndFailedRunsAreRecorded) {
   // One server restarted empty: the others still have the whole record.
   restart_empty(0);
   EXPECT_EQ(history().size(), 3u);
+}
+
+// --every across a server restarted without its data between two triggers of one slot. The second
+// trigger holds servers 2 and 3, which kept the success: skipped. Once server 1 counts again (its
+// quarantine, 1s + 2% + 10ms here), a third holds servers 1 and 2 with server 3 down: server 1 has no
+// record and no rule (nothing to compare, not a mismatch), server 2 has the success: skipped too. One
+// run in the slot, and nothing held by the skips.
+TEST_F(QuorumCronTest, OneRunPerSlotThroughAServerRestartedEmpty) {
+  const EnvList cap = {{"FENCERUN_QUORUM_MAX_TTL", "1s"}};
+  long long slot_start = 0;
+  auto o = one_slot_for_the_test(slot_start);
+  o.insert(o.end(), {"--ttl", "1s", "-v"});
+  auto trigger = [&] { return run(quorum_sh("job", "echo $FENCERUN_SLOT_START_UNIX >> ran", o), cap); };
+  auto first = trigger();
+  ASSERT_EQ(first.exit_code, 0) << first;
+  EXPECT_EQ(split_lines(read_file(file("ran")).value_or("")), std::vector<std::string>{std::to_string(slot_start)});
+
+  restart_empty(0);
+  auto second = trigger();
+  EXPECT_EQ(second.exit_code, 9) << second;
+  EXPECT_NE(second.err.find("skipped: the slot of "), std::string::npos) << second;
+  EXPECT_EQ(holding("job"), 0u);
+
+  // Server 1's new epoch marker is older than the quarantine once its clock moved on by more.
+  const long long restarted = server(0).time_us();
+  ASSERT_TRUE(wait_until([&] { return server(0).time_us() - restarted > 1'100'000; }, 5s));
+  server(2).stop();
+  auto third = trigger();
+  EXPECT_EQ(third.exit_code, 9) << third;
+  EXPECT_NE(third.err.find("skipped: the slot of "), std::string::npos) << third;
+  EXPECT_EQ(third.err.find("rule_mismatch"), std::string::npos) << third;
+  EXPECT_FALSE(server(0).exists("fencerun:{job}:ok"));
+  EXPECT_FALSE(server(0).exists("fencerun:{job}:rule"));
+  EXPECT_EQ(holding("job"), 0u);
+  server(2).start();
+
+  auto fourth = trigger();
+  EXPECT_EQ(fourth.exit_code, 9) << fourth;
+  EXPECT_EQ(split_lines(read_file(file("ran")).value_or("")).size(), 1u);
+  auto h = history();
+  ASSERT_EQ(h.size(), 1u);
+  EXPECT_EQ(field(h[0], "outcome"), "ok");
+  EXPECT_NE(field(h[0], "fired_us"), "<missing>");
+  // status: the rule the servers store and the slot's state, on the merged record.
+  auto status = run(quorum({"status", "job"}));
+  EXPECT_NE(status.out.find("rule: --every 24h --slot-offset "), std::string::npos) << status;
+  EXPECT_NE(status.out.find("slot: " + rfc3339(slot_start) + ", succeeded; next slot "), std::string::npos) << status;
+}
+
+// A waiter whose first request server 3 did not answer (it was down for a second more) takes server
+// 3's fire time as that server's time less how long ago the trigger fired on this host's boot clock:
+// the record there says when the trigger fired, as on the servers that answered at once, not when
+// server 3 first answered or when the run started. It runs for the slot the failed holder left undone.
+TEST_F(QuorumCronTest, AServerThatMissedTheFirstRequestRecordsTheFireTimeOnItsOwnClock) {
+  long long slot_start = 0;
+  auto o = one_slot_for_the_test(slot_start);
+  // Counters on every server (a new lock needs all three); a failed run marks nothing.
+  ASSERT_EQ(run(quorum_sh("job", "exit 3", o)).exit_code, 3);
+  server(2).stop();
+  auto holder = start(quorum_sh("job", "touch holding; while [ ! -e go ]; do sleep 0.05; done; exit 3", o));
+  ASSERT_TRUE(wait_until([&] { return std::filesystem::exists(file("holding")); }, 10s));
+  auto waiter_options = o;
+  waiter_options.insert(waiter_options.end(), {"--wait", "30s", "-v"});
+  auto waiter = start(quorum_sh("job", "echo $FENCERUN_SLOT_START_UNIX > ran", waiter_options));
+  ASSERT_TRUE(wait_until([&] { return waiter->err().find("lock is busy, waiting") != std::string::npos; }, 10s))
+      << waiter->result();
+  const long long fired_about = server(0).time_us();
+  // Server 3 comes back a second after the trigger fired, and the waiter's next try reaches it (a
+  // script call on it: no other client runs one meanwhile, the holder renews every 10 s).
+  ASSERT_TRUE(wait_until([&] { return server(0).time_us() - fired_about > 1'000'000; }, 5s));
+  server(2).start();
+  ASSERT_TRUE(wait_until([&] { return server(2).cmd({"CLIENT", "LIST"}).str.find("cmd=eval") != std::string::npos; }, 10s));
+  touch("go");
+  EXPECT_EQ(holder->wait_for_exit(20s), 3) << holder->result();
+  EXPECT_EQ(waiter->wait_for_exit(40s), 0) << waiter->result();
+  EXPECT_EQ(wait_line("ran"), std::to_string(slot_start));
+
+  std::vector<long long> fire, start_us;
+  for (std::size_t i = 0; i < k_servers; ++i) {
+    const auto f = record_fields(i, "fencerun:{job}:ok");
+    ASSERT_EQ(f.size(), 10u) << "server " << i + 1 << ": " << server(i).get("fencerun:{job}:ok").value_or("none");
+    start_us.push_back(std::atoll(f[0].c_str()));
+    fire.push_back(std::atoll(f[9].c_str()));
+  }
+  for (std::size_t i = 0; i < k_servers; ++i) {
+    // One clock (the host's), so the fire times agree within the requests' delays and the host's load.
+    EXPECT_LT(std::llabs(fire[i] - fire[0]), 500'000) << "server " << i + 1;
+    EXPECT_LT(fire[i], fired_about + 100'000) << "server " << i + 1;
+    EXPECT_GT(start_us[i] - fire[i], 900'000) << "server " << i + 1;
+  }
 }
 
 }  // namespace

@@ -31,9 +31,16 @@
 // it, a counter there came from a later owner-checked write-back, whose token is greater by induction.
 // So tokens strictly increase in the order the lock is held: never equal, never backwards.
 // Not covered: a server restored from an older snapshot (a stale counter and an old marker).
+//
+// --every, --min-interval. Every server keeps NAME's record of runs and judges by its own clock: the
+// trigger's fire time is carried per server (FireTimes), round 1 returns each server's records, and a
+// run that holds a majority is skipped when any server's record makes it unnecessary (already_ran).
+// The rule the triggers share is stored by the write-back and compared by round 1 where it exists.
 #include "backends/quorum/quorum_lease.hpp"
 
 #include <algorithm>
+#include <array>
+#include <chrono>
 #include <random>
 #include <variant>
 
@@ -67,7 +74,12 @@ struct Claim {
   std::optional<milliseconds> remaining;  // the holder's, when not set
   std::string epoch;                      // NAME's epoch marker on this server
   bool created = false;                   // the marker was missing and this round created it
-  std::optional<std::string> last_ok;     // --min-interval: the last success's record on this server
+  std::optional<std::string> last_ok;     // with a rule: the last success's record on this server
+  // With a rule (--every, --min-interval), on this server:
+  std::optional<std::string> other_rule;  // the rule stored for NAME, when it is another one (nothing set)
+  std::optional<std::uint64_t> fired_us;  // the trigger's fire time, on its clock
+  std::vector<std::string> runs;          // --every: the runs kept, newest first
+  std::string run;                        // the run in progress ("" none), when another holds the lock
 };
 
 redis::Result<Claim> parse_claim(const Reply& r) {
@@ -88,6 +100,12 @@ redis::Result<Claim> parse_claim(const Reply& r) {
   c.epoch = e[6].str;
   c.created = e[7].as_integer() == 1;
   if (e.size() >= 9 && e[8].is_string()) c.last_ok = e[8].str;
+  if (e.size() >= 10 && e[9].is_string()) c.other_rule = e[9].str;
+  if (e.size() >= 11 && e[10].is_string()) c.fired_us = to_number<std::uint64_t>(e[10].str);
+  if (e.size() >= 12 && e[11].is_array())
+    for (const auto& run : e[11].elements)
+      if (run.is_string()) c.runs.push_back(run.str);
+  if (e.size() >= 13 && e[12].is_string()) c.run = e[12].str;
   return c;
 }
 
@@ -118,6 +136,21 @@ std::optional<std::uint64_t> epoch_age_us(std::string_view epoch, std::uint64_t 
 
 std::string owner_of(std::string_view value) { return std::string(value.substr(0, value.find(' '))); }
 
+// The trigger's fire time as the scripts take it, for one server (docs/quorum.md, "The trigger's fire
+// time on each server"): that server's time at the first of the trigger's requests it answered (""
+// before it answered one), and the microseconds since the trigger's first request on this host's boot
+// clock, measured now, just before the request goes out (a server that has not answered yet takes its
+// own time less that).
+struct FireTimes {
+  std::vector<std::optional<std::uint64_t>> by_server;
+  Deadline first_request{};
+  std::array<std::string, 2> args(std::size_t i) const {
+    const auto since = std::chrono::duration_cast<std::chrono::microseconds>(BootClock::now() - first_request);
+    const auto& known = by_server.at(i);
+    return {known ? std::to_string(*known) : std::string(), std::to_string(std::max<long long>(since.count(), 0))};
+  }
+};
+
 template <class T>
 std::size_t count_if_ok(const Fanout::Replies<T>& replies, const std::function<bool(const T&)>& pred) {
   return static_cast<std::size_t>(
@@ -143,7 +176,9 @@ class QuorumOps final : public Renewer {
         m_epoch_key(m_keys.lock.substr(0, m_keys.lock.size() - 4) + "epoch"),
         m_quarantine_us(static_cast<std::uint64_t>((target.max_ttl + target.max_ttl / 50 + milliseconds(10)).count()) *
                         1000),
-        m_seen(target.servers.size()) {}
+        m_seen(target.servers.size()) {
+    m_fired.by_server.resize(target.servers.size());
+  }
 
   // How long a server that lost NAME's data counts towards no majority (on its own clock): the
   // quorum-wide lease cap, +2% for clock rate drift, +10ms.
@@ -163,6 +198,17 @@ class QuorumOps final : public Renewer {
   const std::vector<redis::RedisEndpoint>& endpoints() const { return m_endpoints; }
   // The record of runs (run_record.hpp): kept by the scripts of every round from now on.
   void keep_records(RecordArgs args) { m_records = std::move(args); }
+  // With a rule (--every, --min-interval): whether the rounds carry the trigger's fire time.
+  bool ruled() const { return m_records && !m_records->rule.empty(); }
+  // The trigger's first request was sent at `t` (the first call counts).
+  void trigger_sent(Deadline t) {
+    if (!m_trigger_sent) {
+      m_trigger_sent = true;
+      m_fired.first_request = t;
+    }
+  }
+  // The fire time on server i's clock, once it answered one of the trigger's requests.
+  std::optional<std::uint64_t> fired_us(std::size_t i) const { return m_fired.by_server.at(i); }
   const std::optional<RecordArgs>& records() const { return m_records; }
   const LockKeys& keys() const { return m_keys; }
 
@@ -174,16 +220,18 @@ class QuorumOps final : public Renewer {
   // cannot change the token's guarantee, only raise it, and round 2 raises them anyway).
   std::vector<redis::Result<Claim>> claim(const std::string& value, milliseconds ttl, Deadline until) {
     const std::size_t m = majority();
-    return m_fanout.round<Claim>(
+    auto claims = m_fanout.round<Claim>(
         [lock = m_keys.lock, token = m_keys.token, epoch = m_epoch_key, value, owner = owner_of(value),
-         ttl_ms = std::to_string(ttl.count()), until, records = record_args()](Client& client,
-                                                                                 std::size_t) -> redis::Result<Claim> {
+         ttl_ms = std::to_string(ttl.count()), until, records = record_args(), ruled = ruled(),
+         fired = m_fired](Client& client, std::size_t i) -> redis::Result<Claim> {
           // Never sent after the round's end: a request sent late could land after the attempt was undone.
           if (BootClock::now() >= until) return std::unexpected(redis::Error{redis::Error::Kind::timeout, "no reply within the round"});
           std::string_view keys[] = {lock, token, epoch};
           const std::string word = random_hex(6);
           std::vector<std::string_view> args = {value, ttl_ms, owner, word};
           args.insert(args.end(), records.begin(), records.end());
+          const auto fire = fired.args(i);
+          if (ruled) args.insert(args.end(), fire.begin(), fire.end());
           Deadline sent{};
           auto reply = run_script(client, scripts::k_quorum_acquire, keys, args, until, sent);
           if (!reply) return std::unexpected(reply.error());
@@ -196,33 +244,41 @@ class QuorumOps final : public Renewer {
                    return c.set && c.counter && settled(c.epoch, c.time_us);
                  }) >= m;
         });
+    for (std::size_t i = 0; i < claims.size(); ++i)
+      if (claims[i]) learn_fired(i, claims[i]->fired_us);
+    return claims;
   }
 
   // Round 2: the token written back where our lease is; true where it was. Ends once M confirmed.
   // `new_lock`: mark the epoch markers "G" (every server answered round 1 and created its marker).
-  // With records kept, each server where it was written records the run in progress; `started`
-  // receives the start (its clock, microseconds) of the first server that confirmed.
+  // With records kept, each server where it was written records the run in progress (with a rule:
+  // and stores the rule); `started` and `fired` receive the start and the trigger's fire time (its
+  // clock, microseconds; "" none) of the first server that confirmed.
   std::vector<redis::Result<bool>> write_back(const std::string& value, std::uint64_t token, bool new_lock, Deadline until,
-                                       std::string& started) {
+                                       std::string& started, std::string& fired) {
     const std::size_t m = majority();
     struct Written {
       bool ours = false;
       std::string epoch;
       std::string started;
+      std::optional<std::uint64_t> fired_us;
     };
     const Holder h = parse_holder(value);
     std::vector<std::string> records;
     if (m_records)
       records = {m_keys.runs_base, std::to_string(m_records->settings.ttl.count()),
                  h.pid ? std::to_string(*h.pid) : "-", h.host.empty() ? "-" : h.host, m_records->version};
+    if (ruled()) records.push_back(m_records->rule);
     auto written = m_fanout.round<Written>(
         [lock = m_keys.lock, counter = m_keys.token, epoch = m_epoch_key, value, owner = owner_of(value),
-         text = std::to_string(token), flag = std::string(new_lock ? "1" : "0"), until,
-         records](Client& client, std::size_t) -> redis::Result<Written> {
+         text = std::to_string(token), flag = std::string(new_lock ? "1" : "0"), until, records, ruled = ruled(),
+         fired = m_fired](Client& client, std::size_t i) -> redis::Result<Written> {
           if (BootClock::now() >= until) return std::unexpected(redis::Error{redis::Error::Kind::timeout, "no reply within the round"});
           std::string_view keys[] = {lock, counter, epoch};
           std::vector<std::string_view> args = {owner, text, value, flag};
           args.insert(args.end(), records.begin(), records.end());
+          const auto fire = fired.args(i);
+          if (ruled) args.insert(args.end(), fire.begin(), fire.end());
           Deadline sent{};
           auto reply = run_script(client, scripts::k_quorum_token, keys, args, until, sent);
           if (!reply) return std::unexpected(reply.error());
@@ -230,7 +286,8 @@ class QuorumOps final : public Renewer {
           if (!reply->is_array() || e.size() < 2 || !e[0].as_integer())
             return std::unexpected(protocol_error("unexpected reply to the token script"));
           return Written{*e[0].as_integer() == 1, e[1].is_string() ? e[1].str : std::string(),
-                         e.size() >= 3 && e[2].is_string() ? e[2].str : std::string()};
+                         e.size() >= 3 && e[2].is_string() ? e[2].str : std::string(),
+                         e.size() >= 4 && e[3].is_string() ? to_number<std::uint64_t>(e[3].str) : std::nullopt};
         },
         until, [m](const Fanout::Replies<Written>& r) {
           return count_if_ok<Written>(r, [](const Written& w) { return w.ours; }) >= m;
@@ -242,7 +299,11 @@ class QuorumOps final : public Renewer {
         continue;
       }
       if (!written[i]->epoch.empty()) saw(i, written[i]->epoch);
-      if (started.empty() && written[i]->ours) started = written[i]->started;
+      learn_fired(i, written[i]->fired_us);
+      if (started.empty() && written[i]->ours) {
+        started = written[i]->started;
+        if (const auto f = fired_us(i)) fired = std::to_string(*f);
+      }
       out.push_back(written[i]->ours);
     }
     return out;
@@ -328,9 +389,17 @@ class QuorumOps final : public Renewer {
     enum class Outcome { deleted, not_ours, data_lost };
     auto replies = m_fanout.round<Outcome>(
         [keys = m_keys, owner, until, wake, channel = released_channel(), unmark, epoch = m_epoch_key,
-         seen = m_seen, record, drop_run](Client& client, std::size_t i) -> redis::Result<Outcome> {
-          auto deleted = record.empty() ? release_holder(client, keys, 1, owner, until)
-                                        : release_recording(client, keys.lock, owner, record, until);
+         seen = m_seen, record, drop_run, ruled = ruled(), fired = m_fired](Client& client, std::size_t i) -> redis::Result<Outcome> {
+          // The record's fire time on this server's clock (release.lua's ARGV 17 and 18).
+          std::vector<std::string> mine = record;
+          if (ruled && !mine.empty()) {
+            const auto fire = fired.args(i);
+            mine.resize(15);
+            mine[13] = fire[0];
+            mine[14] = fire[1];
+          }
+          auto deleted = mine.empty() ? release_holder(client, keys, 1, owner, until)
+                                      : release_recording(client, keys.lock, owner, mine, until);
           if (drop_run) {
             // release.lua with the run's key alone: deleted only if it holds this owner's run.
             const std::string run = keys.run();
@@ -379,12 +448,21 @@ class QuorumOps final : public Renewer {
   std::uint64_t m_quarantine_us;
   std::vector<std::string> m_seen;
   std::optional<RecordArgs> m_records;
+  FireTimes m_fired;
+  bool m_trigger_sent = false;
 
-  // Round 1's record arguments (quorum_acquire.lua's ARGV 5..8), none when no record is kept.
+  // A server's fire time, from its first reply that tells it (later ones repeat it).
+  void learn_fired(std::size_t i, std::optional<std::uint64_t> us) {
+    if (us && !m_fired.by_server.at(i)) m_fired.by_server.at(i) = us;
+  }
+  // Round 1's record arguments (quorum_acquire.lua's ARGV 5..8, with a rule 9..10; the fire time, 11..12,
+  // is each server's own), none when no record is kept.
   std::vector<std::string> record_args() const {
     if (!m_records) return {};
-    return {m_keys.runs_base, std::to_string(m_records->min_interval_ms), std::to_string(m_records->settings.ttl.count()),
-            std::to_string(m_records->settings.keep)};
+    std::vector<std::string> a = {m_keys.runs_base, std::to_string(m_records->min_interval_ms),
+                                  std::to_string(m_records->settings.ttl.count()), std::to_string(m_records->settings.keep)};
+    if (ruled()) a.insert(a.end(), {m_records->rule, m_records->every_ms > 0 ? "1" : "0"});
+    return a;
   }
   // The release script on one server with the run's record (owner id compared; no wait queue here).
   static redis::Result<bool> release_recording(Client& client, const std::string& lock, const std::string& owner,
@@ -430,8 +508,13 @@ class QuorumHeldLease final : public KeptLease {
   JobFacts job_facts() const override {
     std::string urls;
     for (const auto& u : m_ops.urls()) urls += (urls.empty() ? "" : " ") + u;
-    return {m_acquired.token, m_request.lock, m_request.owner, m_request.timing.ttl.count(), 0, 1,
-            "FENCERUN_REDIS_URL", urls, {{"FENCERUN_SERVERS", std::to_string(m_ops.size())}}, std::nullopt};
+    JobFacts f{m_acquired.token, m_request.lock, m_request.owner, m_request.timing.ttl.count(), 0, 1,
+               "FENCERUN_REDIS_URL", urls, {{"FENCERUN_SERVERS", std::to_string(m_ops.size())}}, std::nullopt};
+    // The slot of the fire time on the clock of the server whose start the run reports.
+    if (m_request.every)
+      if (const auto fired = to_number<std::uint64_t>(m_acquired.fired_us))
+        f.slot_start_us = slot_start_us(slot_index(*fired, *m_request.every), *m_request.every);
+    return f;
   }
 
   // Released when a majority deleted it; not ours when a majority answered and fewer deleted it.
@@ -481,24 +564,25 @@ class QuorumHeldLease final : public KeptLease {
 struct HeldElsewhere {
   Holder holder;
   std::optional<milliseconds> remaining;  // the shortest of the holders' leases
+  // With a rule: the holder is running the run this trigger is for (a skip when the wait ends).
+  std::optional<Skipped> running_this_run;
 };
 struct Unavailable {
   std::string why;
 };
-// --min-interval: the newest success (by token) of the servers' started too recently on its server's
-// clock; nothing is held.
-struct TooRecent {
-  std::string last_success;
-  std::uint64_t now_us = 0;  // that server's time
-};
-using Attempt = std::variant<Acquired, HeldElsewhere, Unavailable, TooRecent>;
+// Skipped (--every, --min-interval): a server's record makes the run unnecessary, judged on that
+// server's clock; nothing is held. RuleMismatch: a server stores another rule for NAME.
+using Attempt = std::variant<Acquired, HeldElsewhere, Unavailable, Skipped, RuleMismatch>;
 
 class QuorumLease final : public Lease {
  public:
   QuorumLease(QuorumTarget target, LeaseRequest request)
       : m_request(std::move(request)), m_ops(target, keys_for(target.key_prefix, m_request.lock)) {
     m_ops.keep_records({m_request.records, m_request.min_interval ? m_request.min_interval->count() : 0,
-                        m_request.version, 0, 0, {}});
+                        m_request.version, m_request.every ? m_request.every->period.count() : 0,
+                        m_request.every ? m_request.every->offset.count() : 0,
+                        schedule_rule(m_request.every, m_request.min_interval, m_request.records.ttl),
+                        false});  // --if-record-lost skip: refused in quorum mode (registry.cpp)
   }
 
   std::expected<std::unique_ptr<HeldLease>, NotAcquired> acquire(Waiter& waiter, milliseconds& waited) override;
@@ -508,6 +592,12 @@ class QuorumLease final : public Lease {
   // Listens for releases on the first server, from `first` on, that takes the subscription; nullopt
   // when none does (then the waiter only polls).
   std::optional<redis::Client> subscribe(std::size_t first);
+  // --every, --min-interval, with the lock held on a majority: the record that makes this run
+  // unnecessary, judged by each server that answered on its own clock; nullopt: it runs.
+  std::optional<Skipped> already_ran(const std::vector<redis::Result<Claim>>& claims) const;
+  // A busy answer's run in progress (`c`, a server where another holds the lock) that is the run this
+  // trigger is for, judged on that server's clock.
+  std::optional<Skipped> running_this_run(const Claim& c) const;
   // Round 2 for a lock held on a majority since `sent`.
   Attempt token_for(const std::vector<redis::Result<Claim>>& claims, Deadline sent, bool new_lock);
   // Undoes a failed attempt on every server (owner-checked). Kept short: an unresponsive server will
@@ -537,6 +627,7 @@ Attempt QuorumLease::attempt() {
   const std::string value =
       m_request.owner + " 0 " + std::to_string(m_request.pid) + " " + m_request.host;
   m_wrote_back = false;
+  m_ops.trigger_sent(sent);
   const auto claims = m_ops.claim(value, m_request.timing.ttl, bound);
   const std::size_t n = m_ops.size(), m = m_ops.majority();
   // Markers this attempt created are taken back if it fails, but only while NAME still looks new (no
@@ -557,6 +648,14 @@ Attempt QuorumLease::attempt() {
                          std::to_string(j + 1) + " (" + m_ops.urls()[j] +
                          ") are the same server (they hold the same data); quorum mode needs independent servers");
       }
+
+  // Triggers of one lock share one rule: a server that stores another one set nothing and refuses. A
+  // server without a stored rule (a new lock, or restarted without its data) has nothing to compare.
+  for (const auto& c : claims)
+    if (c && c->other_rule) {
+      undo();
+      return RuleMismatch{*c->other_rule};
+    }
 
   // A new lock: every server answered, none has a token counter, and no marker counts (none is "G" or
   // at least Q old): no server has kept any of NAME's data that a holder ever relied on. Then every
@@ -592,6 +691,7 @@ Attempt QuorumLease::attempt() {
       busy.holder = c->holder;
     }
     if (busy.holder.owner.empty()) busy.holder = c->holder;
+    if (!busy.running_this_run) busy.running_this_run = running_this_run(*c);
   }
   if (set < m) {
     if (maybe_set) undo();
@@ -627,26 +727,45 @@ Attempt QuorumLease::attempt() {
     return Unavailable{"the majority's replies came too late: the lease would have run short before the command "
                        "started"};
   }
-  // --min-interval, with the lock held on a majority: the newest success (by token) that any server
-  // that answered recorded (the servers' records differ after a restart or a missed release), judged
-  // on the clock of each server that has it: too recent on any of them, and the run is skipped. A
-  // majority this run set shares a server with the servers the success was recorded on at its release
-  // (release.lua, in the same step as the compare-and-delete): docs/quorum.md, "--min-interval".
-  if (m_request.min_interval) {
-    std::optional<std::uint64_t> newest;
+  if (auto skipped = already_ran(claims)) {
+    undo();
+    return *skipped;
+  }
+  return token_for(claims, sent, new_lock);
+}
+
+// With the lock held on a majority S, each server that answered judges by its own record and its own
+// clock, the trigger's fire time there: a record on any of them that makes the run unnecessary skips
+// it. A success recorded at its release on a set D shares a server with S that kept it (docs/quorum.md,
+// "--min-interval, --every and the record of runs"). --min-interval looks at the newest success by
+// token only: a server that missed it holds an older one, which says nothing about the newest.
+std::optional<Skipped> QuorumLease::already_ran(const std::vector<redis::Result<Claim>>& claims) const {
+  const ScheduleRule rule = m_request.rule();
+  if (!rule.any()) return std::nullopt;
+  std::optional<std::uint64_t> newest;
+  if (!rule.every)
     for (const auto& c : claims)
       if (c && c->last_ok)
         if (auto r = parse_run_record(*c->last_ok); r && r->token && (!newest || *r->token > *newest)) newest = r->token;
-    const auto min_us = static_cast<std::uint64_t>(m_request.min_interval->count()) * 1000;
-    for (const auto& c : claims) {
-      if (!newest || !c || !c->last_ok) continue;
+  for (const auto& c : claims) {
+    if (!c || !c->last_ok || !c->fired_us) continue;
+    if (!rule.every) {
       const auto r = parse_run_record(*c->last_ok);
-      if (!r || r->token != newest || c->time_us >= r->start_us + min_us) continue;
-      undo();
-      return TooRecent{*c->last_ok, c->time_us};
+      if (!r || r->token != newest) continue;
     }
+    if (auto done = already_done(rule, *c->fired_us, c->last_ok, c->runs)) return Skipped{*done, c->time_us, *c->fired_us, false};
   }
-  return token_for(claims, sent, new_lock);
+  return std::nullopt;
+}
+
+std::optional<Skipped> QuorumLease::running_this_run(const Claim& c) const {
+  if (!m_request.rule().any() || c.run.empty() || !c.fired_us) return std::nullopt;
+  std::string owner;
+  const auto r = parse_run_in_progress(c.run, &owner);
+  // Only the holder's own run on this server: it is what the trigger waits for.
+  if (!r || owner != c.holder.owner) return std::nullopt;
+  if (!run_counts_for(m_request.rule(), r->start_us, r->fire_us, *c.fired_us)) return std::nullopt;
+  return Skipped{run_record_line(*r), c.time_us, *c.fired_us, true};
 }
 
 Attempt QuorumLease::token_for(const std::vector<redis::Result<Claim>>& claims, Deadline sent, bool new_lock) {
@@ -715,9 +834,9 @@ Attempt QuorumLease::token_for(const std::vector<redis::Result<Claim>>& claims, 
   const Deadline bound =
       std::min(BootClock::now() + m_request.request_timeout, schedule.stop_at(schedule.deadline_after(sent)));
   for (std::size_t i = 0; i < claims.size(); ++i) m_ops.saw(i, claims[i] ? claims[i]->epoch : std::string());
-  std::string started;
+  std::string started, fired;
   m_wrote_back = true;
-  const auto written = m_ops.write_back(final_value, token, new_lock, bound, started);
+  const auto written = m_ops.write_back(final_value, token, new_lock, bound, started, fired);
   const auto confirmed =
       static_cast<std::size_t>(std::ranges::count_if(written, [](const redis::Result<bool>& w) { return w && *w; }));
   if (confirmed < m) {
@@ -730,6 +849,7 @@ Attempt QuorumLease::token_for(const std::vector<redis::Result<Claim>>& claims, 
   acquired.value = final_value;
   acquired.sent = sent;
   acquired.started_us = started;
+  acquired.fired_us = fired;
   return acquired;
 }
 
@@ -758,6 +878,13 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> QuorumLease::acquire(Wait
     waited = since(began);
     return std::unexpected(NotAcquired{why, signal});
   };
+  const auto skip = [&](const Skipped& skipped) {
+    log_skipped(m_request.lock, m_request.rule(), skipped.last_success, skipped.now_us, skipped.fired_us,
+                skipped.in_progress);
+    waited = since(began);
+    const auto last = parse_run_record(skipped.last_success);
+    return std::unexpected(NotAcquired{NotAcquired::Reason::skipped, 0, 0, last ? last->start_us : 0});
+  };
   int failures = 0;
   bool told_waiting = false;
   std::optional<redis::Client> subscriber;
@@ -773,11 +900,14 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> QuorumLease::acquire(Wait
                   servers_field(), {"majority", std::to_string(m_ops.majority())}});
       return held;
     }
-    if (const auto* skipped = std::get_if<TooRecent>(&result)) {
-      log_skipped(m_request.lock, m_request.rule(), skipped->last_success, skipped->now_us, skipped->now_us, false);
+    if (const auto* skipped = std::get_if<Skipped>(&result)) return skip(*skipped);
+    if (const auto* other = std::get_if<RuleMismatch>(&result)) {
+      log_rule_mismatch(m_request.lock, other->rule,
+                        schedule_rule(m_request.every, m_request.min_interval, m_request.records.ttl));
       waited = since(began);
-      const auto last = parse_run_record(skipped->last_success);
-      return std::unexpected(NotAcquired{NotAcquired::Reason::skipped, 0, 0, last ? last->start_us : 0});
+      NotAcquired why{NotAcquired::Reason::rule_mismatch};
+      why.held_rule = other->rule;
+      return std::unexpected(why);
     }
     const Deadline now = BootClock::now();
     const bool waiting = !wait_until || now < *wait_until;
@@ -798,6 +928,7 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> QuorumLease::acquire(Wait
                  {{"lock", m_request.lock}, log::millis("retry_in", pause, util::format_duration(pause))});
     } else {
       const auto& busy = std::get<HeldElsewhere>(result);
+      if (!waiting && busy.running_this_run) return skip(*busy.running_this_run);
       if (!waiting) {
         log::event(log::Level::info, "busy",
                    m_request.wait->count() == 0 ? "lock is busy" : "lock is still busy: wait ran out",

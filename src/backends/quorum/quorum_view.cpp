@@ -27,6 +27,9 @@ QuorumView quorum_view(std::vector<redis::Result<LockStatus>> replies) {
     if (v.runs.now_us == 0) v.runs.now_us = s->now_us;
     if (s->last_run) runs.push_back({{*s->last_run}, s->now_us});
     if (s->last_success) successes.push_back({{*s->last_success}, s->now_us});
+    // The rule the triggers share, as stored by the runs' write-backs (a server restarted without its
+    // data has none; the others have the same one, or a trigger would have been refused).
+    if (!v.runs.rule && s->rule) v.runs.rule = s->rule;
   }
   if (auto r = merge_records(runs, v.runs.now_us, 1); !r.empty()) v.runs.last_run = r.front();
   if (auto r = merge_records(successes, v.runs.now_us, 1); !r.empty()) v.runs.last_success = r.front();

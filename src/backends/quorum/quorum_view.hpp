@@ -22,7 +22,8 @@ struct QuorumView {
   std::optional<std::uint64_t> last_token;  // the greatest counter
   bool disagree = false;                    // the servers that answered do not all name the same owner (or none)
   // The record of runs merged over the servers (merge_records): last_run, last_success and now_us
-  // (the first answering server's time, which the records' times are moved onto).
+  // (the first answering server's time, which the records' times are moved onto), and the stored rule
+  // (the first answering server's that has one).
   LockStatus runs;
 };
 QuorumView quorum_view(std::vector<redis::Result<LockStatus>> replies);

@@ -20,7 +20,7 @@ LockKeys keys_for(std::string_view prefix, std::string_view name) {
                   base + "wake:",   base + "limit",  base + "slot:", base + "turns", base};
 }
 
-std::optional<RunRecord> parse_run_in_progress(std::string_view value) {
+std::optional<RunRecord> parse_run_in_progress(std::string_view value, std::string* owner) {
   std::vector<std::string_view> f;
   for (std::string_view rest = value; !rest.empty();) {
     const auto sp = rest.find(' ');
@@ -38,6 +38,7 @@ std::optional<RunRecord> parse_run_in_progress(std::string_view value) {
   r.host = std::string(f[4]);
   r.version = std::string(f[5]);
   if (f.size() == 7) r.fire_us = to_number<std::uint64_t>(f[6]);
+  if (owner) *owner = std::string(f[0]);
   return r;
 }
 

@@ -85,7 +85,8 @@ std::vector<std::string> record_release_args(const LockKeys& keys, const RecordA
 
 // The run in progress as the record keeps it ("<owner> <start us> <token> <pid> <host> <version>
 // [<fire us>]", scripts/_runs.lua), as a record of outcome "running"; nullopt when malformed.
-std::optional<RunRecord> parse_run_in_progress(std::string_view value);
+// `owner`, when given, is set to its owner id (quorum mode: is it the holder's run?).
+std::optional<RunRecord> parse_run_in_progress(std::string_view value, std::string* owner = nullptr);
 
 // Decodes an acquire script's reply (acquired, busy, or held with another limit); `sent` goes into
 // Acquired. A protocol error when the reply does not have the script's shape.

@@ -125,7 +125,9 @@ end
 -- ('-' when unknown), signal ('-' when none), the records' TTL in ms, how many runs are kept, the
 -- run's start (server time, microseconds), token, pid, host, fencerun's version, the run's duration
 -- (quorum mode, see below), how long the command ran (microseconds; '' unknown), and a[i + 13] when
--- given, its trigger's fire time (--every, --min-interval; '' none). A run that did not
+-- given, its trigger's fire time (--every, --min-interval; '' none), and a[i + 14] when given, the
+-- microseconds since the trigger's first request (quorum mode, for a server that has no fire time of
+-- its own: it answered none of the trigger's requests before; its time now less that). A run that did not
 -- hold the lock any more (`ours` false) and saw 'ok' or 'failed' is recorded as 'lost'; one recorded
 -- as killed meanwhile (another run found the lock free) has that record replaced. `slot`: the slot of
 -- a counting lock (its run in progress is in the 'running' hash), nil for the plain lock.
@@ -152,7 +154,11 @@ local function close_run(ours, owner, a, i, slot)
   if ran and tonumber(start) then finish = math.min(now, tonumber(start) + ran) end
   local fields = {start, string.format('%.0f', finish), outcome, a[i + 2], a[i + 3], a[i + 7], a[i + 8], a[i + 9],
                   a[i + 10]}
-  if a[i + 13] and a[i + 13] ~= '' then fields[10] = a[i + 13] end
+  if a[i + 13] and a[i + 13] ~= '' then
+    fields[10] = a[i + 13]
+  elseif tonumber(a[i + 14] or '') then
+    fields[10] = string.format('%.0f', now - tonumber(a[i + 14]))
+  end
   local record = table.concat(fields, ' ')
   local replaced = false
   if mine then

@@ -6,12 +6,17 @@
 -- counts),
 -- the marker is marked "G": this server has kept NAME's data since the lock was first used.
 -- With the record of runs kept, the run in progress is recorded here too (see _runs.lua), its start
--- this server's time now.
+-- this server's time now. With a rule (--every, --min-interval) the run in progress also has the
+-- trigger's fire time on this server's clock, and the rule is stored beside the record (where the lock
+-- is taken, as one server's acquire.lua does): the triggers that come later are compared with it.
 -- KEYS: 1 lock, 2 token counter, 3 epoch marker. ARGV: 1 owner, 2 token, 3 the lock value with the
 -- token, 4 "1" for a new lock / "0"; to keep the record of runs also: 5 the key base of NAME's run
--- records, 6 the records' TTL in ms, 7 pid, 8 host, 9 fencerun's version.
+-- records, 6 the records' TTL in ms, 7 pid, 8 host, 9 fencerun's version; with a rule also: 10 the
+-- rule ('': none), 11 the trigger's fire time on this server ('': not known), 12 the microseconds since
+-- the trigger's first request (when 11 is '': the fire time is this server's time now less that).
 -- Returns {1 written / 0 not ours here, the epoch marker (false when missing), the run's start (this
---          server's time in microseconds; false when not written or no record kept)}.
+--          server's time in microseconds; false when not written or no record kept), the fire time
+--          here (false when not written or without a rule)}.
 if redis.replicate_commands then redis.replicate_commands() end
 local lock, owner = KEYS[1], ARGV[1]
 local current = redis.call('GET', lock)
@@ -28,11 +33,17 @@ if ARGV[4] == '1' and epoch and string.sub(epoch, 1, 1) ~= 'G' then
   epoch = 'G' .. epoch
   redis.call('SET', KEYS[3], epoch)
 end
-local started = false
+local started, fire = false, false
 if ARGV[5] and ARGV[5] ~= '' then
   local now = redis.call('TIME')
   started = now[1] .. string.format('%06d', tonumber(now[2]))
-  redis.call('SET', ARGV[5] .. 'run', table.concat({owner, started, ARGV[2], ARGV[7], ARGV[8], ARGV[9]}, ' '),
-             'PX', ARGV[6])
+  local run = {owner, started, ARGV[2], ARGV[7], ARGV[8], ARGV[9]}
+  local rule = ARGV[10] or ''
+  if rule ~= '' then
+    fire = string.format('%.0f', tonumber(ARGV[11] or '') or (tonumber(started) - (tonumber(ARGV[12] or '') or 0)))
+    run[7] = fire
+    redis.call('SET', ARGV[5] .. 'rule', rule, 'PX', ARGV[6])
+  end
+  redis.call('SET', ARGV[5] .. 'run', table.concat(run, ' '), 'PX', ARGV[6])
 end
-return {1, epoch, started}
+return {1, epoch, started, fire}

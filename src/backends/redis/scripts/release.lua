@@ -6,7 +6,9 @@
 --       records' TTL in ms, 9 how many runs are kept, 10 the run's start (server time, microseconds),
 --       11 token, 12 pid, 13 host, 14 fencerun's version ('' for 10: quorum mode, where each server's
 --       own start is used; then 15 the run's duration in microseconds, for a server that has none), 16 how
---       long the command ran in microseconds (the record's end is the start plus this; '' unknown).
+--       long the command ran in microseconds (the record's end is the start plus this; '' unknown),
+--       17 the trigger's fire time (--every, --min-interval; '' none), 18 (quorum mode, with 17 '')
+--       the microseconds since the trigger's first request: the fire time is the server's time less it.
 -- The owner id (128 random bits) is the first word of the lock value, so a caller that lost track of the
 -- full value (an acquire whose reply timed out) can still release what it may hold, and nothing else.
 -- The record is written in the same step: a run that did not hold the lock any more ('ok' or 'failed'
