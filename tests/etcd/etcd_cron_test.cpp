@@ -401,6 +401,30 @@ TEST_F(EtcdCronTest, AnotherRuleIsRefusedNamingBoth) {
   EXPECT_TRUE(nothing_left("c-rule"));
 }
 
+// status shows the rule stored with the record and this slot's state, on this host's clock (the one the
+// records' times are on): after a success of this hour, the slot succeeded and the next one is the
+// next hour.
+TEST_F(EtcdCronTest, StatusShowsTheRule) {
+  const long long hour_before = now_us() / 3'600'000'000LL;
+  ASSERT_EQ(job("c-status", "true", {"--every", "1h"}).exit_code, 0);
+  auto s = run({"status", "-r", etcd().url(), "c-status"});
+  auto sj = run({"status", "-r", etcd().url(), "c-status", "--json"});
+  if (now_us() / 3'600'000'000LL != hour_before) GTEST_SKIP() << "the hour turned during the test";
+  EXPECT_EQ(s.exit_code, exit_code::k_status_free) << s;
+  EXPECT_NE(s.out.find("rule: --every 1h --records-ttl 720h\n"), std::string::npos) << s;
+  EXPECT_NE(s.out.find("slot: " + rfc3339(hour_before * 3600) + ", succeeded; next slot " +
+                       rfc3339((hour_before + 1) * 3600) + "\n"),
+            std::string::npos)
+      << s;
+  auto doc = parse_json(sj.out);
+  ASSERT_TRUE(doc && doc->kind == Json::Kind::Object) << sj;
+  EXPECT_EQ(doc->find("rule") ? doc->find("rule")->as_string() : std::nullopt,
+            std::optional<std::string>("--every 1h --records-ttl 720h"))
+      << sj.out;
+  EXPECT_TRUE(doc->find("done") && doc->find("done")->is_true()) << sj.out;
+  EXPECT_EQ(field(*doc, "slot_start_us"), std::to_string(hour_before * 3'600'000'000LL)) << sj.out;
+}
+
 // --every and --min-interval judge by this host's clock against the ones that wrote the record: a host
 // whose clock is more than 2 s from the etcd member's (the Date of the grant's reply) is refused (69)
 // before it takes anything: no key, no lease, nothing run. A plain run is not checked; a second off is
