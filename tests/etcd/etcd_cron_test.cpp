@@ -258,8 +258,8 @@ TEST_F(EtcdCronTest, StatusListAndHistoryShowTheRecords) {
   EXPECT_TRUE(nothing_left("c-show"));
 }
 
-// A NAME unused for longer than the records' TTL leaves no record behind: only its base stays (as the
-// token counter does on Redis), and no lease. A run with another --records-ttl moves the record onto a
+// A NAME unused for longer than the records' TTL leaves no record behind: only its base and the record's
+// marker stay (as the token counter and the marker do on Redis), and no lease. A run with another --records-ttl moves the record onto a
 // lease of its TTL and revokes the old one; runs with the same TTL reuse the lease.
 TEST_F(EtcdCronTest, RecordsExpire) {
   // The leases that carry keys of c-ttl.
@@ -282,7 +282,8 @@ TEST_F(EtcdCronTest, RecordsExpire) {
   // The first run's rule (--min-interval) went with the record onto its new lease.
   const auto keys = etcd().keys(lock_prefix("c-ttl"));
   EXPECT_EQ(keys, (std::vector<std::string>{base_key("c-ttl"), lock_prefix("c-ttl") + "ok",
-                                            lock_prefix("c-ttl") + "rule", lock_prefix("c-ttl") + "runs"}));
+                                            lock_prefix("c-ttl") + "rule", lock_prefix("c-ttl") + "runs",
+                                            lock_prefix("c-ttl") + "since"}));
   // One lease carries the record, not the 720h one (revoked, not left to run out).
   const auto now = record_leases();
   ASSERT_EQ(now.size(), 1u);
@@ -294,10 +295,11 @@ TEST_F(EtcdCronTest, RecordsExpire) {
   EXPECT_TRUE(wait_until(
       [&] {
         left = etcd().keys(lock_prefix("c-ttl"));
-        return left.size() == 1;
+        return left.size() == 2;
       },
       15s, 100ms));
-  EXPECT_EQ(left, std::vector<std::string>{base_key("c-ttl")});
+  // The record's marker stays with the base (no lease): the record was started, then it expired.
+  EXPECT_EQ(left, (std::vector<std::string>{base_key("c-ttl"), lock_prefix("c-ttl") + "since"}));
   EXPECT_TRUE(nothing_left("c-ttl", 5s));
   auto h = run({"-r", etcd().url(), "history", "c-ttl"});
   EXPECT_EQ(h.exit_code, exit_code::k_status_free) << h;
