@@ -36,9 +36,8 @@ constexpr std::array<Unsupported, 8> k_quorum_lacks = {{
     {C::bump, "give one server's URL to bump its counter"},
     {C::acl, "give one server's URL (every server takes the same rule)"},
 }};
-constexpr std::array<Unsupported, 6> k_etcd_lacks = {{
+constexpr std::array<Unsupported, 5> k_etcd_lacks = {{
     {C::limit, ""},
-    {C::if_record_lost, "not yet"},
     {C::min_replicas,
      "not needed: a write is acknowledged only once a majority of the cluster's members has it in its Raft log"},
     {C::bump,

@@ -72,7 +72,7 @@ inline Capabilities capabilities(SetupId s) {
     // etcd's queue is first come, first served (--fair is accepted and is how it always works);
     // its last token is the newest key's, so a free lock has none (the record keeps it).
     case SetupId::etcd: return {.fair = true, .break_lock = true, .last_token_when_free = false, .every = true,
-                                .if_record_lost = false};
+                                .if_record_lost = true};
   }
   return {};
 }

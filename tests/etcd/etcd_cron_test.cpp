@@ -258,8 +258,8 @@ TEST_F(EtcdCronTest, StatusListAndHistoryShowTheRecords) {
   EXPECT_TRUE(nothing_left("c-show"));
 }
 
-// A NAME unused for longer than the records' TTL leaves no record behind: only its base stays (as the
-// token counter does on Redis), and no lease. A run with another --records-ttl moves the record onto a
+// A NAME unused for longer than the records' TTL leaves no record behind: only its base and the record's
+// marker stay (as the token counter and the marker do on Redis), and no lease. A run with another --records-ttl moves the record onto a
 // lease of its TTL and revokes the old one; runs with the same TTL reuse the lease.
 TEST_F(EtcdCronTest, RecordsExpire) {
   // The leases that carry keys of c-ttl.
@@ -282,7 +282,8 @@ TEST_F(EtcdCronTest, RecordsExpire) {
   // The first run's rule (--min-interval) went with the record onto its new lease.
   const auto keys = etcd().keys(lock_prefix("c-ttl"));
   EXPECT_EQ(keys, (std::vector<std::string>{base_key("c-ttl"), lock_prefix("c-ttl") + "ok",
-                                            lock_prefix("c-ttl") + "rule", lock_prefix("c-ttl") + "runs"}));
+                                            lock_prefix("c-ttl") + "rule", lock_prefix("c-ttl") + "runs",
+                                            lock_prefix("c-ttl") + "since"}));
   // One lease carries the record, not the 720h one (revoked, not left to run out).
   const auto now = record_leases();
   ASSERT_EQ(now.size(), 1u);
@@ -294,10 +295,11 @@ TEST_F(EtcdCronTest, RecordsExpire) {
   EXPECT_TRUE(wait_until(
       [&] {
         left = etcd().keys(lock_prefix("c-ttl"));
-        return left.size() == 1;
+        return left.size() == 2;
       },
       15s, 100ms));
-  EXPECT_EQ(left, std::vector<std::string>{base_key("c-ttl")});
+  // The record's marker stays with the base (no lease): the record was started, then it expired.
+  EXPECT_EQ(left, (std::vector<std::string>{base_key("c-ttl"), lock_prefix("c-ttl") + "since"}));
   EXPECT_TRUE(nothing_left("c-ttl", 5s));
   auto h = run({"-r", etcd().url(), "history", "c-ttl"});
   EXPECT_EQ(h.exit_code, exit_code::k_status_free) << h;
@@ -399,6 +401,30 @@ TEST_F(EtcdCronTest, AnotherRuleIsRefusedNamingBoth) {
   auto same = job("c-rule", "echo x >> ran", {"--every", "1h", "--skip-exit-code", "9"});
   EXPECT_EQ(same.exit_code, 9) << same;
   EXPECT_TRUE(nothing_left("c-rule"));
+}
+
+// status shows the rule stored with the record and this slot's state, on this host's clock (the one the
+// records' times are on): after a success of this hour, the slot succeeded and the next one is the
+// next hour.
+TEST_F(EtcdCronTest, StatusShowsTheRule) {
+  const long long hour_before = now_us() / 3'600'000'000LL;
+  ASSERT_EQ(job("c-status", "true", {"--every", "1h"}).exit_code, 0);
+  auto s = run({"status", "-r", etcd().url(), "c-status"});
+  auto sj = run({"status", "-r", etcd().url(), "c-status", "--json"});
+  if (now_us() / 3'600'000'000LL != hour_before) GTEST_SKIP() << "the hour turned during the test";
+  EXPECT_EQ(s.exit_code, exit_code::k_status_free) << s;
+  EXPECT_NE(s.out.find("rule: --every 1h --records-ttl 720h\n"), std::string::npos) << s;
+  EXPECT_NE(s.out.find("slot: " + rfc3339(hour_before * 3600) + ", succeeded; next slot " +
+                       rfc3339((hour_before + 1) * 3600) + "\n"),
+            std::string::npos)
+      << s;
+  auto doc = parse_json(sj.out);
+  ASSERT_TRUE(doc && doc->kind == Json::Kind::Object) << sj;
+  EXPECT_EQ(doc->find("rule") ? doc->find("rule")->as_string() : std::nullopt,
+            std::optional<std::string>("--every 1h --records-ttl 720h"))
+      << sj.out;
+  EXPECT_TRUE(doc->find("done") && doc->find("done")->is_true()) << sj.out;
+  EXPECT_EQ(field(*doc, "slot_start_us"), std::to_string(hour_before * 3'600'000'000LL)) << sj.out;
 }
 
 // --every and --min-interval judge by this host's clock against the ones that wrote the record: a host

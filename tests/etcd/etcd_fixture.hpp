@@ -43,13 +43,15 @@ inline const std::string kPrefix = "fencerun:";
 inline std::string wait_prefix(const std::string& name) { return kPrefix + "{" + name + "}:wait/"; }
 inline std::string base_key(const std::string& name) { return kPrefix + "{" + name + "}:base"; }
 // Every key of the lock NAME (":wait/...", ":base", and its record of runs: ":run", ":ok", ":runs",
-// ":rule").
+// ":rule", ":since").
 inline std::string lock_prefix(const std::string& name) { return kPrefix + "{" + name + "}:"; }
 
 // A key of NAME's record of runs (":run", ":ok", ":runs", and the rule of --every / --min-interval,
-// ":rule"), which outlive its runs by --records-ttl.
+// ":rule"), which outlive its runs by --records-ttl, and the record's marker (":since", which stays
+// as ":base" does).
 inline bool is_record_key(std::string_view key) {
-  return key.ends_with("}:run") || key.ends_with("}:ok") || key.ends_with("}:runs") || key.ends_with("}:rule");
+  return key.ends_with("}:run") || key.ends_with("}:ok") || key.ends_with("}:runs") || key.ends_with("}:rule") ||
+         key.ends_with("}:since");
 }
 
 // Every grpc_server_handled_total counter a member's /metrics shows (requests it handled), by method.

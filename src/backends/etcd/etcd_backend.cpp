@@ -29,11 +29,11 @@ std::optional<std::uint64_t> parse_u64(std::string_view s) {
 }
 
 // One lock's keys as read: its holders' and waiters' keys (by create_revision), its base, and the record
-// of its runs (the newest record and the last success's).
+// of its runs (the newest record, the last success's and the rule its triggers share).
 struct LockKeys {
   std::vector<KeyValue> queue;
   std::optional<std::uint64_t> base;
-  std::optional<std::string> last_run, last_success;
+  std::optional<std::string> last_run, last_success, rule;
 };
 
 // The newest record of a `runs` value.
@@ -177,10 +177,10 @@ class EtcdBackend final : public Backend, public LockAdmin {
     auto queue = m_client.range({keys.prefix, etcd::prefix_end(keys.prefix), etcd::Sort::create_ascending, 0, 0},
                                 deadline);
     if (!queue) return std::unexpected(queue.error());
-    // The base and the record, read at one revision.
+    // The base and the record with its rule, read at one revision.
     etcd::TxnRequest t;
     t.success = {etcd::range_op(etcd::single(keys.base)), etcd::range_op(etcd::single(keys.runs)),
-                 etcd::range_op(etcd::single(keys.ok))};
+                 etcd::range_op(etcd::single(keys.ok)), etcd::range_op(etcd::single(keys.rule))};
     auto rest = m_client.txn(t, deadline);
     if (!rest) return std::unexpected(rest.error());
     auto value = [&](std::size_t i) -> std::optional<std::string> {
@@ -194,6 +194,7 @@ class EtcdBackend final : public Backend, public LockAdmin {
     if (auto base = value(0)) k.base = parse_u64(*base);
     if (auto runs = value(1)) k.last_run = newest_record(*runs);
     k.last_success = value(2);
+    k.rule = value(3);
     return view(k);
   }
 
@@ -236,7 +237,8 @@ class EtcdBackend final : public Backend, public LockAdmin {
     s.limit = 1;
     s.last_run = k.last_run;
     s.last_success = k.last_success;
-    s.now_us = wall_us();
+    s.rule = k.rule;
+    s.now_us = wall_us();  // the clock the records' times and the rule's slots are on
     if (!k.queue.empty()) {
       const auto& first = k.queue.front();
       SlotHolder h{0, etcd_holder_of(first, k.base), std::nullopt};

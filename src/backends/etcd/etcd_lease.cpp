@@ -192,7 +192,9 @@ struct RecordState {
 using RecordWrite = std::optional<std::optional<std::string>>;
 struct RecordWrites {
   RecordWrite run, ok, runs, rule;
-  bool empty() const { return !run && !ok && !runs && !rule; }
+  // The record's marker, put (with no lease) only if it is still missing: this run starts the record.
+  std::optional<std::string> since;
+  bool empty() const { return !run && !ok && !runs && !rule && !since; }
 };
 
 // Reads and writes the record of NAME's runs. Every write is a transaction guarded by the keys' mod
@@ -275,6 +277,11 @@ class EtcdRecords {
     etcd::TxnRequest t;
     if (own_create > 0)
       t.compare.push_back({own_key, etcd::Compare::Target::create_revision, own_create});
+    if (w.since) {
+      // Another run that started the record meanwhile fails the transaction: read again.
+      t.compare.push_back({m_keys.since, etcd::Compare::Target::create_revision, 0});
+      t.success.push_back(etcd::put_op(m_keys.since, *w.since, 0));
+    }
     for (const auto& k : written) {
       const bool leased = &k.name != &m_keys.run;
       t.compare.push_back({k.name, etcd::Compare::Target::mod_revision, k.now ? k.now->mod_revision : 0});
@@ -607,11 +614,11 @@ class EtcdHeldLease final : public KeptLease {
 
 
 // What one transaction read of the lock: the queue (in queue order), this run's key, the base, the
-// record and the lock-delay, at one revision.
+// record (with its marker) and the lock-delay, at one revision.
 struct Look {
   std::int64_t revision = 0;
   std::vector<KeyValue> queue;
-  std::optional<KeyValue> own, base, run, ok, runs, delay, rule;
+  std::optional<KeyValue> own, base, run, ok, runs, delay, rule, since;
 };
 
 // The greatest token the record shows as issued: the run in progress's, the records kept, the last
@@ -674,7 +681,7 @@ class EtcdLease final : public Lease {
     bool fresh = false;  // `look` was read just now (by the transaction that put the key)
     Look look;
   };
-  enum class Began { run, skipped, lost, conflict, rule_mismatch };
+  enum class Began { run, skipped, record_lost, lost, conflict, rule_mismatch };
 
   void log_unavailable(const Error& e) const {
     log::event(log::Level::error, "etcd_unavailable", "cannot use etcd at " + m_target.redacted_url + ": " + e.message,
@@ -739,6 +746,7 @@ class EtcdLease final : public Lease {
   // The holder's first step in the record, over the state just read: a run left in progress is
   // recorded as killed, then either --min-interval skips this run or `run` is put. One transaction,
   // guarded by the holder's own key and the record's keys (the commit point of holding the lock).
+  // Under --if-record-lost skip with the record's marker missing: record_lost, nothing written.
   Result<Began> begin_run(const Queued& q, std::uint64_t token, Skipped& skipped);
   // Creates the lock-delay of a vanished holder's run (unless there is one): an etcd lease of its TTL.
   Result<void> start_delay(const Queued& q, const RunInProgress& run);
@@ -755,6 +763,7 @@ class EtcdLease final : public Lease {
   std::optional<RecordState> m_state;         // the record as begin_run() left it
   std::string m_rule;                         // schedule_rule() of this trigger ("" none)
   std::string m_held_rule;                    // the lock's other rule, when begin_run() found one
+  bool m_new_record = false;                  // begin_run() put the record's marker: this run starts it
   // The trigger's fire time: this host's clock at its first request, kept while it waits.
   std::optional<std::uint64_t> m_fired_us;
   bool m_clock_checked = false;
@@ -774,7 +783,7 @@ Result<std::optional<Look>> EtcdLease::read_lock(const std::string& own_key, con
       etcd::range_op(etcd::single(own_key)),    etcd::range_op(etcd::single(m_keys.base)),
       etcd::range_op(etcd::single(m_keys.run)), etcd::range_op(etcd::single(m_keys.ok)),
       etcd::range_op(etcd::single(m_keys.runs)), etcd::range_op(etcd::single(m_keys.delay)),
-      etcd::range_op(etcd::single(m_keys.rule))};
+      etcd::range_op(etcd::single(m_keys.rule)), etcd::range_op(etcd::single(m_keys.since))};
   if (put) {
     // Already there: an earlier attempt of this request ran (its answer was lost).
     t.compare.push_back({own_key, etcd::Compare::Target::create_revision, 0});
@@ -804,8 +813,8 @@ Result<std::optional<Look>> EtcdLease::read_lock(const std::string& own_key, con
   l.revision = r->revision;
   l.queue = std::move(r->ranges[off]->kvs);
   etcd_sort_queue(l.queue);
-  std::optional<KeyValue>* into[] = {&l.own, &l.base, &l.run, &l.ok, &l.runs, &l.delay, &l.rule};
-  for (std::size_t i = 0; i < 7; ++i) {
+  std::optional<KeyValue>* into[] = {&l.own, &l.base, &l.run, &l.ok, &l.runs, &l.delay, &l.rule, &l.since};
+  for (std::size_t i = 0; i < 8; ++i) {
     const auto& range = r->ranges[off + 1 + i];
     if (range && !range->kvs.empty()) *into[i] = range->kvs.front();
   }
@@ -864,6 +873,15 @@ Result<EtcdLease::Began> EtcdLease::begin_run(const Queued& q, std::uint64_t tok
       m_held_rule = s->rule->value;
       return Began::rule_mismatch;
     }
+    // The marker was read with the rest of the lock (no request of its own); nothing is changed when
+    // this trigger does not run, not even a killed run's record (as on Redis).
+    if (!q.look.since && m_request.skip_if_record_lost) {
+      skipped = Skipped{};
+      skipped.now_us = now_us;
+      skipped.fired_us = *m_fired_us;
+      skipped.record_lost = true;
+      return Began::record_lost;
+    }
     const std::vector<std::string> runs = s->runs ? etcd_run_records(s->runs->value) : std::vector<std::string>();
     if (auto done = already_done(m_request.rule(), *m_fired_us, s->ok ? std::optional(s->ok->value) : std::nullopt,
                                  runs)) {
@@ -875,12 +893,15 @@ Result<EtcdLease::Began> EtcdLease::begin_run(const Queued& q, std::uint64_t tok
     w.run = std::optional<std::string>(run_value(now_us, token_text));
     // The rule the lock's triggers share, stored with the record (on its lease) by the first one.
     if (!m_rule.empty() && !s->rule) w.rule = std::optional<std::string>(m_rule);
+    // The first run with a rule starts the record: its marker, kept as long as the cluster's data.
+    if (!m_rule.empty() && !q.look.since) w.since = std::to_string(now_us);
   }
   RecordState after;
   auto wrote = m_records.write(*s, q.own.create_revision, q.key, w, &after);
   if (!wrote) return std::unexpected(wrote.error());
   if (!*wrote) return Began::conflict;  // changed under us: read again
   if (skip) return Began::skipped;
+  m_new_record = w.since.has_value();
   m_started_us = now_us;
   m_state = after;
   return Began::run;
@@ -1017,7 +1038,8 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> EtcdLease::acquire(Waiter
   };
   // --every, --min-interval: this trigger's run already ran, or (`in_progress`) is running.
   const auto skip = [&](const Skipped& skipped) {
-    log_skipped(skipped);
+    if (skipped.record_lost) log_record_lost(m_request.lock, true);
+    else log_skipped(skipped);
     q.ticket = 0;
     leave(q);  // revoking the lease deletes our key: the next run acquires at once
     waited = since(began);
@@ -1198,7 +1220,8 @@ std::expected<std::unique_ptr<HeldLease>, NotAcquired> EtcdLease::acquire(Waiter
         }
         if (*begun == Began::conflict) continue;  // another holder or run wrote first: read again
         if (*begun == Began::rule_mismatch) return refuse_rule(m_held_rule);
-        if (*begun == Began::skipped) return skip(skipped);
+        if (*begun == Began::skipped || *begun == Began::record_lost) return skip(skipped);
+        if (m_new_record) log_record_lost(m_request.lock, false);
       }
       // A lock-delay that ended by the vanished run's close is of no use any more.
       if (l.delay && l.delay->lease != 0)
@@ -1467,7 +1490,8 @@ std::string EtcdKeys::key(std::int64_t lease) const { return prefix + lease_hex(
 
 EtcdKeys etcd_keys_for(std::string_view key_prefix, std::string_view name) {
   const std::string tag = std::string(key_prefix) + "{" + std::string(name) + "}:";
-  return {tag + "wait/", tag + "base", tag + "run", tag + "ok", tag + "runs", tag + "delay", tag + "rule"};
+  return {tag + "wait/", tag + "base", tag + "run", tag + "ok", tag + "runs", tag + "delay", tag + "rule",
+          tag + "since"};
 }
 
 std::vector<std::string> etcd_run_records(std::string_view value, std::size_t count) {

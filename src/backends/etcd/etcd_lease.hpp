@@ -33,6 +33,11 @@
 //   <prefix>{NAME}:ok     the last successful run's record
 //   <prefix>{NAME}:runs   "#kept US TTL_S", then the last --keep-runs records, newest first, one per line
 //   <prefix>{NAME}:rule   --every / --min-interval: the rule the lock's triggers share (schedule_rule)
+//   <prefix>{NAME}:since  the record's marker: the start of the first run with a rule (no lease, as
+//                         `base`: it outlives the records' lease, so a missing one means the record
+//                         was never started or was lost with the cluster's data, e.g. a restore from
+//                         an older snapshot). Put in the transaction that puts that run's `run`;
+//                         --if-record-lost skip runs nothing while it is missing.
 //
 // Times are this host's wall clock (etcd has none a client can read); so is a trigger's fire time
 // (FIRE_US, and the records' tenth field), taken at its first request and kept while it waits. The
@@ -71,6 +76,7 @@ struct EtcdKeys {
   std::string runs;    // <prefix>{NAME}:runs
   std::string delay;   // <prefix>{NAME}:delay
   std::string rule;    // <prefix>{NAME}:rule   the rule of --every / --min-interval its triggers share
+  std::string since;   // <prefix>{NAME}:since  the record's marker (--if-record-lost)
   std::string key(std::int64_t lease) const;  // prefix + the lease id in 16 lower-case hex digits
 };
 EtcdKeys etcd_keys_for(std::string_view key_prefix, std::string_view name);
