@@ -42,7 +42,7 @@ ports=()
 etcd_pid="" etcd_data=""
 cleanup() {
   for p in "${ports[@]}"; do redis-cli -p "$p" SHUTDOWN NOSAVE >/dev/null 2>&1 || true; done
-  [[ -n "$etcd_pid" ]] && kill "$etcd_pid" 2>/dev/null && wait "$etcd_pid" 2>/dev/null
+  [[ -n "$etcd_pid" ]] && kill "$etcd_pid" 2>/dev/null && { wait "$etcd_pid" 2>/dev/null || true; }
   [[ -n "$etcd_data" && "$etcd_data" == /dev/shm/* ]] && rm -rf "$etcd_data"
   rm -rf "$work"
 }
