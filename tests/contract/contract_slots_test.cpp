@@ -129,19 +129,11 @@ TEST_P(Slots, OneRunPerSlotThroughLateLongFailedOldAndKilledRuns) {
   // The triggers that ended without running are counted per slot (history --all), where the backend
   // records them (one Redis server, Sentinel).
   if (setup() == SetupId::redis || setup() == SetupId::sentinel) {
-    auto utc = [](long long seconds) {
-      const std::time_t when = seconds;
-      std::tm tm{};
-      ::gmtime_r(&when, &tm);
-      char buf[32];
-      std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-      return std::string(buf);
-    };
     auto long_all = admin({"history", "--all", "--utc", "long"});
-    EXPECT_NE(long_all.out.find("triggers of " + utc(slot_k) + ": 2 skipped, 0 busy, the last on "), std::string::npos)
+    EXPECT_NE(long_all.out.find("triggers of " + rfc3339_utc(slot_k) + ": 2 skipped, 0 busy, the last on "), std::string::npos)
         << long_all;
     auto late_all = admin({"history", "--all", "--utc", "late"});
-    EXPECT_NE(late_all.out.find("triggers of " + utc(slot_k1) + ": 2 skipped, 0 busy, the last on "), std::string::npos)
+    EXPECT_NE(late_all.out.find("triggers of " + rfc3339_utc(slot_k1) + ": 2 skipped, 0 busy, the last on "), std::string::npos)
         << late_all;
   }
   // The record says the same: the failed run and the success of slot k.

@@ -54,15 +54,6 @@ class EtcdCronTest : public EtcdSharedTest {
   static EnvList clock_offset(long long offset_us) {
     return {{"LD_PRELOAD", FENCERUN_CLOCK_SHIM}, {"FENCERUN_TEST_CLOCK_OFFSET_US", std::to_string(offset_us)}};
   }
-  // RFC 3339 in UTC with seconds, as FENCERUN_SLOT_START has it.
-  static std::string rfc3339(long long unix_s) {
-    const std::time_t t = static_cast<std::time_t>(unix_s);
-    std::tm tm{};
-    ::gmtime_r(&t, &tm);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return buf;
-  }
 };
 
 // The command's exit 1 is no success: the next trigger runs; one after a success is skipped with the
@@ -414,8 +405,8 @@ TEST_F(EtcdCronTest, StatusShowsTheRule) {
   if (now_us() / 3'600'000'000LL != hour_before) GTEST_SKIP() << "the hour turned during the test";
   EXPECT_EQ(s.exit_code, exit_code::k_status_free) << s;
   EXPECT_NE(s.out.find("rule: --every 1h --records-ttl 720h\n"), std::string::npos) << s;
-  EXPECT_NE(s.out.find("slot: " + rfc3339(hour_before * 3600) + ", succeeded; next slot " +
-                       rfc3339((hour_before + 1) * 3600) + "\n"),
+  EXPECT_NE(s.out.find("slot: " + rfc3339_utc(hour_before * 3600) + ", succeeded; next slot " +
+                       rfc3339_utc((hour_before + 1) * 3600) + "\n"),
             std::string::npos)
       << s;
   auto doc = parse_json(sj.out);
@@ -479,8 +470,8 @@ TEST_F(EtcdCronTest, CommandIsToldItsSlotStart) {
   const long long s = slot_of(before);
   const long long e = slot_of(after);  // the same unless the minute turned during the run
   const std::string told = trim(r.out);
-  EXPECT_TRUE(told == rfc3339(s) + " " + std::to_string(s) || told == rfc3339(e) + " " + std::to_string(e))
-      << told << " (expected " << rfc3339(s) << " " << s << ")";
+  EXPECT_TRUE(told == rfc3339_utc(s) + " " + std::to_string(s) || told == rfc3339_utc(e) + " " + std::to_string(e))
+      << told << " (expected " << rfc3339_utc(s) << " " << s << ")";
   auto h = history("c-slot");
   ASSERT_EQ(h.size(), 1u);
   const long long fired = json_int_of(h[0].find("fired_us")).value_or(0);

@@ -58,15 +58,6 @@ class QuorumCronTest : public QuorumTest {
     slot_start = (now_ms - day_ms / 2) / 1000;
     return {"--every", "24h", "--slot-offset", std::to_string(offset_ms) + "ms", "--skip-exit-code", "9"};
   }
-  // "2026-12-05T10:00:00Z" for Unix seconds.
-  static std::string rfc3339(long long unix_s) {
-    const std::time_t t = static_cast<std::time_t>(unix_s);
-    std::tm tm{};
-    ::gmtime_r(&t, &tm);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return buf;
-  }
   // The fields of a record on server i ("<start> <end> <outcome> ... <version> [<fire>]"), empty when none.
   std::vector<std::string> record_fields(std::size_t i, const std::string& key) {
     std::vector<std::string> f;
@@ -194,7 +185,7 @@ TEST_F(QuorumCronTest, OneRunPerSlotThroughAServerRestartedEmpty) {
   // status: the rule the servers store and the slot's state, on the merged record.
   auto status = run(quorum({"status", "job"}));
   EXPECT_NE(status.out.find("rule: --every 24h --slot-offset "), std::string::npos) << status;
-  EXPECT_NE(status.out.find("slot: " + rfc3339(slot_start) + ", succeeded; next slot "), std::string::npos) << status;
+  EXPECT_NE(status.out.find("slot: " + rfc3339_utc(slot_start) + ", succeeded; next slot "), std::string::npos) << status;
 }
 
 // A waiter whose first request server 3 did not answer (it was down for a second more) takes server

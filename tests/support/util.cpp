@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <charconv>
+#include <ctime>
 #include <cstdlib>
 #include <fstream>
 #include <random>
@@ -194,6 +195,15 @@ std::string shell_quote(std::string_view s) {
   }
   out += "'";
   return out;
+}
+
+std::string rfc3339_utc(long long unix_s) {
+  const std::time_t t = static_cast<std::time_t>(unix_s);
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
 }
 
 }  // namespace fencerun::test

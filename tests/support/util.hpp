@@ -79,4 +79,8 @@ inline int unused_port() { return pick_free_port(); }
 
 std::string shell_quote(std::string_view s);
 
+// "2026-12-05T10:00:00Z": Unix seconds as RFC 3339 in UTC, as FENCERUN_SLOT_START and history --utc
+// print them.
+std::string rfc3339_utc(long long unix_s);
+
 }  // namespace fencerun::test
